@@ -1,0 +1,3 @@
+from iss.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""``python -m iss <command>``: one subcommand per module, each module owning its own arguments.
+
+A command module exposes ``add_arguments(parser)`` and ``run(args) -> int``. User mistakes raise
+``UsageError`` (or ``ValueError``/``FileNotFoundError``/``KeyError``), which become one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "eval": ("iss.evaluate", "evaluate an upscaler (bicubic, an architecture, a checkpoint) on benchmark sets"),
+    "train": ("iss.train", "train a sparse SR network with a pruning method"),
+    "zoo": ("iss.hub", "list, fetch or publish the checkpoint zoo"),
+}
+
+
+class UsageError(Exception):
+    """A mistake in the user's input: reported as one line, without a traceback."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m iss", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    argv = sys.argv[1:] if argv is None else argv
+    modules = {}
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if argv and argv[0] == name or not argv or argv[0] in ("-h", "--help"):
+            modules[name] = importlib.import_module(module_name)
+            modules[name].add_arguments(p)
+    args = parser.parse_args(argv)
+    try:
+        return int(modules[args.command].run(args) or 0)
+    except (UsageError, ValueError, FileNotFoundError, KeyError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
