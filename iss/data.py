@@ -1,0 +1,412 @@
+"""Images in, uint8 RGB out: the one image loader, benchmark sets and random training patches.
+
+Every image enters the project through :func:`read_image` (files) or :func:`to_rgb_uint8` (decoded
+PIL images and arrays, e.g. from the app), so all code sees the same thing: a uint8 HxWx3 RGB array.
+Grayscale is copied to three channels, transparency is composited on white, 16-bit data is scaled to 8 bits.
+
+Benchmark LR images follow the standard recipe (SwinIR/EDSR ``benchmark`` folders): MATLAB bicubic
+``imresize(modcrop(hr, s), 1/s)``. Shipped ``LR_bicubic/X{s}`` files are used when present; otherwise the LR
+is made with :func:`iss.resize.imresize` and cached as PNG under ``$ISS_CACHE_DIR`` (default
+``~/.cache/iss-sr``), keyed by the HR file's content so a changed HR never gets a stale LR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+from torch.utils.data import Dataset
+
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkSet",
+    "ImageError",
+    "Sample",
+    "TrainPatches",
+    "benchmark_name",
+    "cache_dir",
+    "list_images",
+    "modcrop",
+    "read_image",
+    "to_rgb_uint8",
+    "to_tensor",
+    "to_uint8",
+]
+
+BENCHMARKS = ("Set5", "Set14", "B100", "Urban100", "Manga109")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+_ALIASES = {"bsd100": "B100", "bsds100": "B100", "urban": "Urban100", "manga": "Manga109"}
+_LR_RECIPE = b"matlab-bicubic-modcrop-v1"  # part of the cache key: bump it if the LR recipe ever changes
+
+
+class ImageError(ValueError):
+    """An image file (or array) that cannot be turned into uint8 RGB; the message names the path and why."""
+
+
+# --------------------------------------------------------------------------------------------------- loading
+
+
+def read_image(path: str | os.PathLike, *, max_pixels: int | None = None) -> np.ndarray:
+    """Load an image file as uint8 HxWx3 RGB (EXIF orientation applied); raise ``ImageError`` if unreadable.
+
+    ``max_pixels`` refuses images with more pixels than that before decoding them (protects servers from huge
+    uploads); without it Pillow's own decompression-bomb limit applies.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ImageError(f"cannot read image {path}: no such file")
+    try:
+        with Image.open(path) as im:
+            _check_pixels(im.size, max_pixels)
+            im.load()
+            return to_rgb_uint8(_exif_transpose(im))
+    except ImageError as e:
+        raise ImageError(f"cannot read image {path}: {e}") from None
+    except UnidentifiedImageError:
+        raise ImageError(f"cannot read image {path}: not an image file Pillow can decode") from None
+    except Image.DecompressionBombError as e:
+        raise ImageError(f"cannot read image {path}: {e}") from None
+    except (OSError, SyntaxError, ValueError) as e:  # truncated or corrupt data
+        raise ImageError(f"cannot read image {path}: {e or type(e).__name__}") from None
+
+
+def _check_pixels(size: tuple[int, int], max_pixels: int | None) -> None:
+    """Refuse an image larger than ``max_pixels`` with a message saying how large it is."""
+    w, h = size
+    if max_pixels is not None and w * h > max_pixels:
+        raise ImageError(f"{w}x{h} = {w * h:,} pixels is more than the limit of {max_pixels:,}")
+
+
+def _exif_transpose(im: Image.Image) -> Image.Image:
+    """Apply the EXIF orientation tag; a malformed EXIF block leaves the image as stored."""
+    try:
+        return ImageOps.exif_transpose(im)
+    except Exception:  # broken EXIF must not make a decodable image unreadable
+        return im
+
+
+def to_rgb_uint8(x: Image.Image | np.ndarray, *, max_pixels: int | None = None) -> np.ndarray:
+    """Convert a PIL image or an HxW / HxWxC (C in 1-4) array to uint8 HxWx3 RGB.
+
+    Conversions: gray and palette to RGB; alpha composited on white; 16-bit (``I;16``, uint16) scaled by
+    255/65535; ``I`` / integer arrays read as 8-bit when all values are <= 255, else as 16-bit; float (``F``)
+    read as [0, 1] when all values are <= 1, else as [0, 255]; everything rounded and clipped to [0, 255].
+    """
+    if isinstance(x, Image.Image):
+        _check_pixels(x.size, max_pixels)
+        return _array_to_rgb(_pil_to_array(x))
+    if isinstance(x, np.ndarray):
+        if x.ndim >= 2:
+            _check_pixels((x.shape[1], x.shape[0]), max_pixels)
+        return _array_to_rgb(x)
+    raise ImageError(f"expected a PIL image or a numpy array, got {type(x).__name__}")
+
+
+def _pil_to_array(im: Image.Image) -> np.ndarray:
+    """Decode a PIL image into an array whose dtype tells its range (uint8, uint16, int32, float32)."""
+    if im.mode.startswith("I;16"):
+        return np.asarray(im).astype(np.uint16)
+    if im.mode in ("1", "L", "RGB", "RGBA", "LA", "I", "F"):
+        return np.asarray(im.convert("L") if im.mode == "1" else im)
+    if im.mode == "P":
+        return np.asarray(im.convert("RGBA" if "transparency" in im.info else "RGB"))
+    if im.mode in ("PA", "La", "RGBa"):
+        return np.asarray(im.convert("RGBA"))
+    try:  # CMYK, YCbCr, HSV, ...
+        return np.asarray(im.convert("RGB"))
+    except (ValueError, OSError) as e:
+        raise ImageError(f"unsupported image mode {im.mode!r} ({e})") from None
+
+
+def _array_to_rgb(a: np.ndarray) -> np.ndarray:
+    """Normalise range, channels and alpha of an HxW or HxWxC array into uint8 HxWx3."""
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (2, 3, 4)) or 0 in a.shape:
+        raise ImageError(f"expected an HxW or HxWxC image with C in 1-4, got shape {a.shape}")
+    values = _to_unit_range(a)
+    if a.ndim == 2:
+        values = values[:, :, None]
+    if values.shape[2] in (2, 4):  # gray+alpha or RGBA: composite on white
+        alpha = values[:, :, -1:]
+        values = values[:, :, :-1] * alpha + (1.0 - alpha)
+    if values.shape[2] == 1:
+        values = np.repeat(values, 3, axis=2)
+    return np.clip(np.round(values * 255.0), 0, 255).astype(np.uint8)
+
+
+def _to_unit_range(a: np.ndarray) -> np.ndarray:
+    """Map the array's values to float64 [0, 1] according to its dtype (and range, for ``I``/float data)."""
+    if a.dtype == np.uint8:
+        return a / 255.0
+    if a.dtype == np.bool_:
+        return a.astype(np.float64)
+    if a.dtype == np.uint16:
+        return a / 65535.0
+    if np.issubdtype(a.dtype, np.integer):
+        top = 255.0 if a.max() <= 255 else 65535.0
+        return np.clip(a, 0, top) / top
+    if np.issubdtype(a.dtype, np.floating):
+        if not np.isfinite(a).all():
+            raise ImageError("image contains NaN or infinite values")
+        top = 1.0 if a.max() <= 1.0 else 255.0
+        return np.clip(a.astype(np.float64), 0.0, top) / top
+    raise ImageError(f"unsupported image dtype {a.dtype}")
+
+
+# ------------------------------------------------------------------------------------------------- tensors
+
+
+def to_tensor(img: np.ndarray) -> torch.Tensor:
+    """uint8 HxWxC image -> float32 1xCxHxW tensor in [0, 1] (what the models take)."""
+    if img.dtype != np.uint8 or img.ndim != 3:
+        raise ValueError(f"to_tensor expects a uint8 HxWxC array, got {img.dtype} {img.shape}")
+    return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div_(255.0).unsqueeze(0)
+
+
+def to_uint8(tensor: torch.Tensor) -> np.ndarray:
+    """float 1xCxHxW (or CxHxW) tensor in [0, 1] -> uint8 HxWxC: clamp, x255, round (as published tables)."""
+    t = tensor.detach()
+    if t.ndim == 4:
+        if t.shape[0] != 1:
+            raise ValueError(f"to_uint8 takes one image, got a batch of {t.shape[0]}")
+        t = t[0]
+    if t.ndim != 3:
+        raise ValueError(f"to_uint8 expects a CxHxW or 1xCxHxW tensor, got shape {tuple(tensor.shape)}")
+    t = t.float().clamp(0.0, 1.0).mul(255.0).round().to(torch.uint8)
+    return t.permute(1, 2, 0).cpu().numpy()
+
+
+def modcrop(img: np.ndarray, scale: int) -> np.ndarray:
+    """Crop the bottom/right so height and width are multiples of ``scale`` (as the LR was made)."""
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"scale must be a positive integer, got {scale!r}")
+    h, w = img.shape[:2]
+    return img[: h - h % scale, : w - w % scale]
+
+
+# ----------------------------------------------------------------------------------------------- LR cache
+
+
+def cache_dir() -> Path:
+    """Root of the on-disk cache: ``$ISS_CACHE_DIR`` or ``~/.cache/iss-sr``."""
+    return Path(os.environ.get("ISS_CACHE_DIR") or Path.home() / ".cache" / "iss-sr")
+
+
+def _file_digest(path: Path) -> str:
+    """Short content hash of a file plus the LR recipe: the cache key of its generated LR."""
+    h = hashlib.sha256(_LR_RECIPE)
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def _make_lr(hr: np.ndarray, scale: int) -> np.ndarray:
+    """Standard bicubic LR of an already mod-cropped HR (imported lazily: resize is a sibling module)."""
+    from .resize import imresize
+
+    return imresize(hr, 1.0 / scale)
+
+
+def _cached_lr(hr: np.ndarray, hr_path: Path, scale: int, group: str) -> np.ndarray:
+    """LR of ``hr`` from the PNG cache, or made with ``imresize`` and stored there (best effort)."""
+    folder = cache_dir() / "lr" / group / f"X{scale}"
+    file = folder / f"{hr_path.stem}-{_file_digest(hr_path)}.png"
+    expected = (hr.shape[0] // scale, hr.shape[1] // scale)
+    if file.is_file():
+        try:
+            lr = read_image(file)
+            if lr.shape[:2] == expected:
+                return lr
+        except ImageError:
+            pass  # a damaged cache entry is simply rebuilt
+    lr = _make_lr(hr, scale)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # Write to a temporary name then rename, so parallel workers never read a half-written PNG.
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".png.tmp", delete=False) as tmp:
+            Image.fromarray(lr).save(tmp, format="PNG")
+        os.replace(tmp.name, file)
+    except OSError as e:
+        warnings.warn(f"could not cache LR image in {folder}: {e}", stacklevel=3)
+    return lr
+
+
+# --------------------------------------------------------------------------------------------- benchmarks
+
+
+class Sample(NamedTuple):
+    """One benchmark image: its file stem, the LR input and the mod-cropped HR reference (uint8 HxWx3)."""
+
+    name: str
+    lr: np.ndarray
+    hr: np.ndarray
+
+
+def list_images(folder: str | os.PathLike) -> list[Path]:
+    """Image files directly inside ``folder``, sorted by name."""
+    folder = Path(folder)
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def benchmark_name(name: str) -> str:
+    """Canonical spelling of a standard set (case-insensitive, a few aliases such as BSD100 -> B100)."""
+    key = name.strip().lower()
+    canonical = {b.lower(): b for b in BENCHMARKS} | _ALIASES
+    if key not in canonical:
+        raise ValueError(f"unknown benchmark set '{name}'; choose from {', '.join(BENCHMARKS)}")
+    return canonical[key]
+
+
+def _resolve_set_name(name: str, root: Path) -> str:
+    """Canonical set name, or ``name`` itself for a user's own set laid out as ``root/<name>/HR``."""
+    if (root / name / "HR").is_dir() and name.strip().lower() not in _ALIASES:
+        return name
+    return benchmark_name(name)
+
+
+class BenchmarkSet(Sequence[Sample]):
+    """A benchmark folder ``root/<name>/HR/*`` as a sequence of ``Sample(name, lr, hr)``, loaded lazily.
+
+    LR comes from ``root/<name>/LR_bicubic/X{scale}/<stem>x{scale}.png`` when that folder exists, otherwise it
+    is generated from the mod-cropped HR and cached (see the module docstring).
+    """
+
+    def __init__(self, root: str | os.PathLike, name: str, scale: int) -> None:
+        if isinstance(scale, bool) or not isinstance(scale, int) or scale < 2:
+            raise ValueError(f"scale must be an integer >= 2, got {scale!r}")
+        self.root = Path(root).expanduser()
+        self.name = _resolve_set_name(name, self.root)
+        self.scale = scale
+        hr_dir = self.root / self.name / "HR"
+        if not hr_dir.is_dir():
+            raise FileNotFoundError(
+                f"benchmark folder {hr_dir} not found (expected <data-dir>/{self.name}/HR/*.png; "
+                "check --data-dir / ISS_DATA_DIR, or use --download)"
+            )
+        self.hr_files = list_images(hr_dir)
+        if not self.hr_files:
+            raise FileNotFoundError(f"no images in {hr_dir}")
+        self.lr_dir = self.root / self.name / "LR_bicubic" / f"X{scale}"
+
+    def __len__(self) -> int:
+        return len(self.hr_files)
+
+    def __getitem__(self, index: int) -> Sample:  # type: ignore[override]
+        """Load image ``index``: HR mod-cropped to the scale, LR shipped or generated."""
+        if isinstance(index, slice):
+            raise TypeError("BenchmarkSet does not support slicing; index one image at a time")
+        hr_path = self.hr_files[index]
+        hr = modcrop(read_image(hr_path), self.scale)
+        shipped = self.lr_dir / f"{hr_path.stem}x{self.scale}.png"
+        if shipped.is_file():
+            lr = read_image(shipped)
+            if lr.shape[0] * self.scale != hr.shape[0] or lr.shape[1] * self.scale != hr.shape[1]:
+                raise ValueError(
+                    f"{shipped} is {lr.shape[1]}x{lr.shape[0]} but the mod-cropped HR {hr_path} is "
+                    f"{hr.shape[1]}x{hr.shape[0]}; it is not its x{self.scale} LR"
+                )
+        else:
+            lr = _cached_lr(hr, hr_path, self.scale, self.name)
+        return Sample(hr_path.stem, lr, hr)
+
+    def __repr__(self) -> str:
+        return f"BenchmarkSet({self.name!r}, scale={self.scale}, images={len(self)}, root={str(self.root)!r})"
+
+
+# ------------------------------------------------------------------------------------------------ training
+
+
+class TrainPatches(Dataset):
+    """Random aligned (LR, HR) patch pairs from folders of HR images, with flips and 90-degree rotations.
+
+    All images are decoded once and kept as uint8 (T91 + BSD200 take ~100 MB); the LR of each is made once
+    with MATLAB bicubic from the mod-cropped HR (and cached on disk like benchmark LR). ``patch`` is the LR
+    patch size; the HR patch is ``patch * scale``. Item ``i`` is a pure function of ``(seed, epoch, i)``, so
+    runs repeat exactly, also with DataLoader workers. Images whose LR is smaller than ``patch`` are skipped.
+    """
+
+    def __init__(
+        self,
+        folders: str | os.PathLike | Iterable[str | os.PathLike],
+        scale: int,
+        patch: int,
+        *,
+        length: int = 1000,
+        seed: int = 0,
+        augment: bool = True,
+    ) -> None:
+        if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+            raise ValueError(f"scale must be a positive integer, got {scale!r}")
+        if patch < 1 or length < 1:
+            raise ValueError(f"patch and length must be positive, got patch={patch}, length={length}")
+        folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
+        self.scale, self.patch, self.length, self.seed, self.augment = scale, patch, length, seed, augment
+        self.epoch = 0
+        self.lr_images: list[np.ndarray] = []
+        self.hr_images: list[np.ndarray] = []
+        self.names: list[str] = []
+        for folder in map(Path, folders):
+            self._load_folder(folder)
+        if not self.hr_images:
+            raise ValueError(f"no training image of at least {patch * scale}x{patch * scale} in {folders}")
+
+    def _load_folder(self, folder: Path) -> None:
+        """Decode every image of ``folder`` and make its LR; warn about and skip images that are too small."""
+        if not folder.is_dir():
+            raise FileNotFoundError(f"training folder {folder} not found")
+        for path in list_images(folder):
+            hr = modcrop(read_image(path), self.scale)
+            if min(hr.shape[:2]) < self.patch * self.scale:
+                size = f"{hr.shape[1]}x{hr.shape[0]}"
+                warnings.warn(
+                    f"skipping {path}: {size} is smaller than the HR patch {self.patch * self.scale}",
+                    stacklevel=3,
+                )
+                continue
+            self.lr_images.append(_cached_lr(hr, path, self.scale, f"train-{folder.name}"))
+            self.hr_images.append(hr)
+            self.names.append(str(path))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw different patches for the same indices in a new epoch (like ``DistributedSampler``)."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``index``-th random pair: float32 CxPxP LR and Cx(sP)x(sP) HR tensors in [0, 1]."""
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} out of range for {self.length} patches")
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        k = int(rng.integers(len(self.hr_images)))
+        lr_img, hr_img, p, s = self.lr_images[k], self.hr_images[k], self.patch, self.scale
+        y = int(rng.integers(lr_img.shape[0] - p + 1))
+        x = int(rng.integers(lr_img.shape[1] - p + 1))
+        lr = lr_img[y : y + p, x : x + p]
+        hr = hr_img[y * s : (y + p) * s, x * s : (x + p) * s]
+        if self.augment:
+            hflip, vflip, rot = rng.random(3) < 0.5
+            lr, hr = (_augment(a, hflip, vflip, rot) for a in (lr, hr))
+        return to_tensor(lr)[0], to_tensor(hr)[0]
+
+
+def _augment(img: np.ndarray, hflip: bool, vflip: bool, rot90: bool) -> np.ndarray:
+    """The 8 dihedral variants (BasicSR's ``augment``): optional horizontal flip, vertical flip, transpose."""
+    if hflip:
+        img = img[:, ::-1]
+    if vflip:
+        img = img[::-1]
+    if rot90:
+        img = img.transpose(1, 0, 2)
+    return img
