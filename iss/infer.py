@@ -1,0 +1,122 @@
+"""Run an SR model on one uint8 image, whole or in overlapping tiles, and the ``Upscaler`` callable type.
+
+Models take float NCHW RGB in [0, 1] of any size and pad internally, so tiles need no size rules.
+Tiling (SwinIR ``main_test_swinir.py --tile``: stride ``tile - overlap``, the last tile aligned to the border,
+a count map) keeps memory bounded on large images. Unlike SwinIR, each tile drops ``overlap // 2`` output
+pixels on the sides it shares with a neighbour before averaging, so a pixel is only taken from tiles where it
+has enough context: for a model whose receptive field fits in ``overlap``, tiled and whole-image output agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data import to_rgb_uint8, to_tensor, to_uint8
+
+__all__ = ["AUTO_TILE", "AUTO_TILE_PIXELS", "Upscaler", "bicubic_upscaler", "model_upscaler", "upscale"]
+
+Upscaler = Callable[[np.ndarray], np.ndarray]
+"""uint8 HxWx3 LR in, uint8 (sH)x(sW)x3 SR out: what :func:`iss.evaluate.evaluate` and the app call."""
+
+AUTO_TILE_PIXELS = 640 * 640  # LR images above this many pixels are tiled even when ``tile`` is None
+AUTO_TILE = 256  # tile size used then (a multiple of the SwinIR window 8 and the CAT split 16)
+
+
+def upscale(
+    model: nn.Module,
+    img: np.ndarray,
+    *,
+    tile: int | None = None,
+    overlap: int = 32,
+    device: str | torch.device | None = None,
+) -> np.ndarray:
+    """Super-resolve one image: uint8 HxWx3 in, uint8 HxWx3 out (clamped and rounded).
+
+    ``tile`` splits the LR into ``tile x tile`` pieces overlapping by ``overlap``; images with more than
+    ``AUTO_TILE_PIXELS`` pixels are tiled with ``AUTO_TILE`` when ``tile`` is None. ``device`` defaults to the
+    model's; the model is moved there if needed. Runs in eval mode and restores the model's mode afterwards.
+    """
+    img = img if img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 else to_rgb_uint8(img)
+    h, w = img.shape[:2]
+    if tile is None and h * w > AUTO_TILE_PIXELS:
+        tile = AUTO_TILE
+    device = torch.device(device) if device is not None else _model_device(model)
+    model.to(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            x = to_tensor(img).to(device)
+            out = model(x) if tile is None else forward_tiled(model, x, tile=tile, overlap=overlap)
+    finally:
+        model.train(was_training)
+    return to_uint8(out)
+
+
+def forward_tiled(model: nn.Module, x: torch.Tensor, *, tile: int, overlap: int = 32) -> torch.Tensor:
+    """``model(x)`` for a 1xCxHxW tensor computed tile by tile; the float result is assembled on the CPU."""
+    if tile < 1 or overlap < 0 or overlap >= tile:
+        raise ValueError(f"need tile > overlap >= 0, got tile={tile}, overlap={overlap}")
+    h, w = x.shape[-2:]
+    th, tw = min(tile, h), min(tile, w)
+    out = weight = None
+    scale = 0
+    margin = overlap // 2
+    for y0 in _starts(h, th, overlap):
+        for x0 in _starts(w, tw, overlap):
+            piece = model(x[..., y0 : y0 + th, x0 : x0 + tw]).float().cpu()
+            if out is None:
+                scale = piece.shape[-1] // tw
+                if piece.shape[-2:] != (th * scale, tw * scale):
+                    raise ValueError(
+                        f"model output {tuple(piece.shape)} is not an integer upscale of {th}x{tw} input"
+                    )
+                out = torch.zeros(1, piece.shape[1], h * scale, w * scale)
+                weight = torch.zeros(1, 1, h * scale, w * scale)
+            # Keep only the part of the tile that is at least `margin` LR pixels from a neighbouring tile.
+            top = 0 if y0 == 0 else margin
+            left = 0 if x0 == 0 else margin
+            bottom = th if y0 + th == h else th - margin
+            right = tw if x0 + tw == w else tw - margin
+            rows = slice((y0 + top) * scale, (y0 + bottom) * scale)
+            cols = slice((x0 + left) * scale, (x0 + right) * scale)
+            out[..., rows, cols] += piece[..., top * scale : bottom * scale, left * scale : right * scale]
+            weight[..., rows, cols] += 1
+    return out / weight
+
+
+def _starts(length: int, size: int, overlap: int) -> list[int]:
+    """Tile origins along one axis: every ``size - overlap`` pixels, the last one flush with the border."""
+    return [*range(0, length - size, size - overlap), length - size]
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (CPU for a model without any)."""
+    tensor = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return tensor.device if tensor is not None else torch.device("cpu")
+
+
+def model_upscaler(
+    model: nn.Module, *, tile: int | None = None, overlap: int = 32, device: str | torch.device | None = None
+) -> Upscaler:
+    """An :data:`Upscaler` running ``model`` through :func:`upscale` with fixed tiling and device."""
+
+    def run(lr: np.ndarray) -> np.ndarray:
+        return upscale(model, lr, tile=tile, overlap=overlap, device=device)
+
+    return run
+
+
+def bicubic_upscaler(scale: int) -> Upscaler:
+    """The bicubic baseline: MATLAB ``imresize(lr, scale)`` (the "Bicubic" row of every SR table)."""
+    from .resize import imresize
+
+    def run(lr: np.ndarray) -> np.ndarray:
+        return imresize(lr, scale)
+
+    return run
