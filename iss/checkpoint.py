@@ -1,0 +1,287 @@
+"""Compact sparse checkpoints in safetensors: a packed bitmask plus the kept values for every pruned weight.
+
+On-disk format (``format_version`` 1), one safetensors file:
+
+- A pruned weight ``W`` named ``<name>`` (a layer in ``masks``, or, when ``masks`` is None, every
+  Conv2d/Linear weight holding at least one zero) is stored as two tensors:
+
+  - ``<name>::mask``: ``uint8``, the flattened (row-major) bool mask, True = kept, bit-packed 8 to a byte with
+    the most significant bit first (``numpy.packbits`` order), zero-padded to a whole byte;
+  - ``<name>::values``: the kept entries of ``W.flatten()`` in mask order, ``float32`` or ``float16``
+    (``dtype`` option; loaded back as the parameter's own dtype).
+
+  Pruned positions load as exact zeros, so a loaded model is exactly as sparse as the saved one.
+- Every other parameter and buffer is stored dense under its ``state_dict`` name, except buffers the
+  architecture recomputes identically when it is built (e.g. SwinIR's relative position index and
+  shifted-window attention mask): their names are listed in the metadata field ``derived`` and they are taken
+  from the rebuilt model on load.
+- String metadata: ``format_version``, ``arch``, ``arch_kwargs`` (JSON of the ``iss.archs.build`` overrides),
+  ``scale``, ``method``, ``ratio``, ``alpha``, ``iterations``, ``data``, ``metrics`` (JSON), ``values_dtype``,
+  ``derived`` (JSON list), any extra fields (JSON), and ``sha256``: the SHA-256 of the tensor payload, taken
+  over every tensor in sorted name order as ``name``, ``dtype``, ``shape`` and raw little-endian bytes.
+  ``load`` recomputes it: a corrupt or tampered file raises ``ValueError`` rather than load wrong weights.
+
+Nothing is ever unpickled: the model is rebuilt with ``iss.archs.build(arch, scale, **arch_kwargs)`` and the
+weights are loaded with ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import nn
+
+FORMAT_VERSION = 1
+MASK_SUFFIX = "::mask"
+VALUES_SUFFIX = "::values"
+VALUE_DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+
+# Metadata fields with a fixed type; anything else in ``meta`` is stored as JSON.
+_TEXT = ("arch", "method", "data")
+_INT = ("scale", "iterations")
+_FLOAT = ("ratio", "alpha")
+_JSON = ("arch_kwargs", "metrics")
+_RESERVED = ("format_version", "sha256", "values_dtype", "derived")
+
+
+def save(
+    model: nn.Module,
+    path: str | os.PathLike,
+    meta: dict[str, Any],
+    masks: dict[str, torch.Tensor] | None = None,
+    *,
+    dtype: str | torch.dtype = torch.float32,
+) -> Path:
+    """Write ``model`` as a sparse safetensors checkpoint (format in the module docstring); returns the path.
+
+    Args:
+        meta: at least ``arch`` and ``scale``; ``arch_kwargs`` must be the overrides the model was built with.
+        masks: weight name -> bool mask (True = kept), e.g. ``pruner.masks``. None: every Conv2d/Linear weight
+            with a zero is stored sparse, with ``weight != 0`` as its mask.
+        dtype: ``float32``/``float16`` (or ``"fp32"``/``"fp16"``) for the kept values of pruned weights.
+    """
+    value_dtype = _value_dtype(dtype)
+    metadata = _encode_meta(meta)
+    state = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    masks = _default_masks(model) if masks is None else dict(masks)
+    unknown = sorted(set(masks) - set(state))
+    if unknown:
+        raise KeyError(f"masks name weights the model does not have: {', '.join(unknown[:5])}")
+    derived = _derived_buffers(model, metadata, masks)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name in masks:
+            mask, values = _split(name, tensor, masks[name])
+            tensors[name + MASK_SUFFIX] = mask
+            tensors[name + VALUES_SUFFIX] = values.to(value_dtype)
+        elif name not in derived:
+            tensors[name] = tensor.contiguous()
+    metadata.update(
+        format_version=str(FORMAT_VERSION),
+        values_dtype=str(value_dtype).removeprefix("torch."),
+        derived=json.dumps(sorted(derived)),
+        sha256=payload_sha256(tensors),
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(st_save(tensors, metadata=metadata))
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild the model a checkpoint was saved from, verify its sha256 and load it strictly (eval mode)."""
+    tensors, metadata = read(path)
+    meta = _decode_meta(metadata)
+    model = _build_model(meta["arch"], meta["scale"], meta.get("arch_kwargs", {}))
+    reference = model.state_dict()
+    derived = set(json.loads(metadata.get("derived", "[]")))
+    state = {}
+    for name, ref in reference.items():
+        if name in derived:
+            state[name] = ref
+        elif name + MASK_SUFFIX in tensors:
+            state[name] = _join(name, tensors[name + MASK_SUFFIX], tensors[name + VALUES_SUFFIX], ref)
+        elif name in tensors:
+            state[name] = tensors[name]
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ValueError(f"checkpoint {path} does not match architecture {meta['arch']!r}: {e}") from None
+    return model.to(device).eval(), meta
+
+
+def read(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The raw tensors and string metadata of a checkpoint, after checking its format and sha256."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    data = path.read_bytes()
+    try:
+        tensors = st_load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        metadata = json.loads(data[8 : 8 + header_len]).get("__metadata__") or {}
+    except Exception as e:  # safetensors raises its own SafetensorError (an Exception subclass)
+        raise ValueError(
+            f"checkpoint {path} is not a readable safetensors file (truncated or corrupt?): {e}"
+        ) from None
+    if metadata.get("format_version") != str(FORMAT_VERSION) or "sha256" not in metadata:
+        raise ValueError(
+            f"checkpoint {path} is not an ISS-SR sparse checkpoint (format_version "
+            f"{metadata.get('format_version')!r}, expected '{FORMAT_VERSION}')"
+        )
+    if payload_sha256(tensors) != metadata["sha256"]:
+        raise ValueError(
+            f"checkpoint {path} failed its integrity check: the sha256 of its tensors does not match the one "
+            "recorded when it was saved (corrupt or modified file); download or copy it again"
+        )
+    return tensors, metadata
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The decoded metadata of a checkpoint (verified like ``load``) without building the model."""
+    return _decode_meta(read(path)[1])
+
+
+def payload_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over name, dtype, shape and bytes of every tensor, in sorted name order."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def pack_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Flattened bool mask -> uint8 bits, most significant bit first (numpy.packbits order)."""
+    return torch.from_numpy(np.packbits(mask.detach().cpu().reshape(-1).numpy().astype(np.uint8)))
+
+
+def unpack_mask(packed: torch.Tensor, shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
+    """Inverse of ``pack_mask``: the bool mask of ``shape``."""
+    numel = int(np.prod(shape))
+    bits = np.unpackbits(packed.numpy(), count=numel).astype(bool)
+    return torch.from_numpy(bits).reshape(shape)
+
+
+def _split(name: str, weight: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed mask, kept values) of one pruned weight; refuses masks that would drop non-zero weights."""
+    mask = mask.detach().cpu().bool()
+    if mask.shape != weight.shape:
+        raise ValueError(f"mask of {name} has shape {tuple(mask.shape)}, the weight {tuple(weight.shape)}")
+    if bool((weight[~mask] != 0).any()):
+        raise ValueError(
+            f"weight {name} has non-zero values where its mask is False; apply the hard mask before saving "
+            "(e.g. save after the pruning stage has frozen it)"
+        )
+    return pack_mask(mask), weight[mask].contiguous()
+
+
+def _join(name: str, packed: torch.Tensor, values: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Dense weight from a packed mask and its kept values (zeros elsewhere)."""
+    if packed.numel() != (ref.numel() + 7) // 8:
+        raise ValueError(f"mask of {name} has {packed.numel()} bytes, expected {(ref.numel() + 7) // 8}")
+    mask = unpack_mask(packed, ref.shape)
+    if int(mask.sum()) != values.numel():
+        raise ValueError(
+            f"{name}: mask keeps {int(mask.sum())} weights but {values.numel()} values are stored"
+        )
+    dense = torch.zeros(ref.shape, dtype=ref.dtype)
+    dense[mask] = values.to(ref.dtype)
+    return dense
+
+
+def _default_masks(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``weight != 0`` for every Conv2d/Linear weight that has at least one zero."""
+    masks = {}
+    for module_name, module in model.named_modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)) and module.weight is not None:
+            kept = module.weight.detach() != 0
+            if not bool(kept.all()):
+                masks[f"{module_name}.weight" if module_name else "weight"] = kept
+    return masks
+
+
+def _derived_buffers(model: nn.Module, metadata: dict[str, str], masks: dict) -> set[str]:
+    """Buffers equal to those of a freshly built model of the same arch: not worth storing."""
+    params = {name for name, _ in model.named_parameters()}
+    buffers = {name: b for name, b in model.state_dict().items() if name not in params and name not in masks}
+    if not buffers:
+        return set()
+    fresh = _build_model(metadata["arch"], int(metadata["scale"]), json.loads(metadata["arch_kwargs"]))
+    reference = fresh.state_dict()
+    return {
+        name
+        for name, b in buffers.items()
+        if name in reference
+        and reference[name].shape == b.shape
+        and reference[name].dtype == b.dtype
+        and torch.equal(reference[name], b.detach().cpu())
+    }
+
+
+def _build_model(arch: str, scale: int, arch_kwargs: dict[str, Any]) -> nn.Module:
+    """The architecture named in a checkpoint, built the one way the project builds models."""
+    from iss.archs import build
+
+    return build(arch, scale, **arch_kwargs)
+
+
+def _value_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in (torch.float32, torch.float16):
+        return dtype
+    if isinstance(dtype, str) and dtype in VALUE_DTYPES:
+        return VALUE_DTYPES[dtype]
+    raise ValueError(f"dtype must be float32 or float16 ('fp32'/'fp16'), got {dtype!r}")
+
+
+def _encode_meta(meta: dict[str, Any]) -> dict[str, str]:
+    """Typed metadata -> safetensors' str -> str (numbers as text, dicts as JSON, None as '')."""
+    missing = [key for key in ("arch", "scale") if meta.get(key) is None]
+    if missing:
+        raise ValueError(f"checkpoint meta needs {', '.join(missing)} to rebuild the model")
+    reserved = [key for key in _RESERVED if key in meta]
+    if reserved:
+        raise ValueError(f"meta keys {reserved} are written by iss.checkpoint.save itself")
+    out = {"arch_kwargs": "{}", "metrics": "{}"}
+    for key, value in meta.items():
+        if key in _JSON:
+            out[key] = json.dumps(value or {}, sort_keys=True)
+        elif key in _TEXT + _INT + _FLOAT:
+            out[key] = "" if value is None else str(value)
+        else:
+            out[key] = json.dumps(value)
+    int(out["scale"])
+    return out
+
+
+def _decode_meta(metadata: dict[str, str]) -> dict[str, Any]:
+    """Inverse of ``_encode_meta`` (plus ``format_version``, ``values_dtype`` and ``sha256`` as text)."""
+    meta: dict[str, Any] = {}
+    for key, text in metadata.items():
+        if key == "derived":
+            continue
+        if key in _INT:
+            meta[key] = int(text) if text else None
+        elif key in _FLOAT:
+            meta[key] = float(text) if text else None
+        elif key in _TEXT or key in _RESERVED:
+            meta[key] = text
+        else:
+            meta[key] = json.loads(text)
+    return meta

@@ -1,0 +1,727 @@
+"""Train a sparse SR network from random initialisation with one pruning method: ``python -m iss train``.
+
+The loop follows the official ISS-P code (see the project notes on Jiamian-Wang/Iterative-Soft-Shrinkage-SR):
+Adam (0.9, 0.99), L1 loss, a constant learning rate during the pruning stage (the first ``prune_iters`` = K_p
+iterations), then MultiStep halving with milestones counted from the start of fine-tuning; the same optimizer
+(and its Adam moments) continues from pruning into fine-tuning.
+
+Determinism: the model is built and the pruner created right after seeding torch/numpy/python with ``seed``,
+so every method starts from the same initial weights. The training batches are a pure function of
+``(seed, rank, iteration)`` (see ``_IterationBatches``): every method sees the same patches in the same
+order, and a resumed run sees exactly the batches an uninterrupted one would. ``state.pt`` holds everything
+else that changes (model, Adam state, pruner state, RNG states, iteration), so on CPU a resumed run equals
+an uninterrupted one bit for bit.
+
+Long schedules at a short budget (ISS-R, SRP, ASSL): officially the L2 penalty grows by 1e-4 every 20
+iterations until it passes 0.5 (5,001 increments, 100,020 iterations), then SRP/ASSL stabilise for 43,150
+iterations, and ASSL first runs 17,260 SSA iterations. Here ``prune_iters`` (K_p) is the whole pruning stage
+and ``schedule_options`` splits it in the official proportions (ISS-R: all growth; SRP: 100,020 : 43,150;
+ASSL: 17,260 : 100,020 : 43,150). The growth keeps its 5,001 increments: interval = growth / 5,001 rounded
+(at least 1), increment cap / (increments - 1), so the last increment passes the cap (official: 1e-4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Official schedule constants (ist_pruner.py / greg_pruner.py / asslSR_pruner.py defaults and README flags).
+OFFICIAL_REG_ITERS = 100_020  # 5001 updates of 1e-4 every 20 iterations until the penalty passes 0.5
+OFFICIAL_REG_UPDATES = 5_001
+OFFICIAL_REG_CAP = 0.5
+OFFICIAL_STABILIZE = 43_150
+OFFICIAL_SSA = 17_260
+SLOW_METHODS = ("iss-r", "srp", "assl")  # the methods with a growing-L2 schedule
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run; checked on creation (``ValueError`` names the field)."""
+
+    arch: str = "swinir-light"
+    scale: int = 4
+    method: str = "iss-p"
+    ratio: float = 0.95
+    alpha: float | None = None  # ISS-P shrink factor; None: the pruner's default (0.95, as the README)
+    iters: int = 2000  # total iterations, pruning + fine-tuning
+    prune_iters: int = 1000  # K_p: length of the pruning stage
+    batch: int = 4
+    patch: int = 24  # LR patch size (the HR patch is scale * patch)
+    lr: float = 2e-4
+    betas: tuple[float, float] = (0.9, 0.99)
+    milestones: tuple[int, ...] = ()  # fine-tuning iterations at which the LR halves
+    gamma: float = 0.5
+    train_data: tuple[str, ...] = ()
+    val_data: str | None = None  # a benchmark set folder, e.g. .../benchmarks/Set5
+    val_every: int = 500
+    save_every: int = 500  # resumable state.pt every N iterations (and at the end)
+    log_every: int = 10
+    out: str | None = None
+    seed: int = 0
+    device: str = "auto"  # auto: cuda when available
+    amp: bool | None = None  # bf16 autocast; None: on for CUDA, off on CPU
+    compile: bool = False
+    workers: int = 0
+    threads: int | None = None
+    arch_kwargs: dict[str, Any] = field(default_factory=dict)
+    pruner_options: dict[str, Any] = field(default_factory=dict)
+    mask_check_every: int = 100  # distributed runs: compare a mask checksum across ranks every N iterations
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(float(b) for b in self.betas)
+        self.milestones = tuple(int(m) for m in self.milestones)
+        self.train_data = tuple(str(d) for d in self.train_data)
+        checks = {
+            "scale": self.scale in (2, 3, 4, 8),
+            "ratio": 0.0 <= self.ratio < 1.0,
+            "alpha": self.alpha is None or 0.0 <= self.alpha < 1.0,
+            "iters": self.iters > 0,
+            "prune_iters": 0 <= self.prune_iters <= self.iters,
+            "batch": self.batch > 0,
+            "patch": self.patch >= 4,
+            "lr": self.lr > 0,
+            "betas": len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
+            "milestones": list(self.milestones) == sorted(self.milestones)
+            and all(m > 0 for m in self.milestones),
+            "gamma": 0.0 < self.gamma <= 1.0,
+            "val_every": self.val_every > 0,
+            "save_every": self.save_every > 0,
+            "log_every": self.log_every > 0,
+            "workers": self.workers >= 0,
+            "mask_check_every": self.mask_check_every > 0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
+            raise ValueError(f"invalid TrainConfig: {values} (see TrainConfig for the allowed ranges)")
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> TrainConfig:
+        """A preset (``paper``, ``cpu-tiny``, ``cpu-short``) for ``arch``/``method``, ``overrides`` on top."""
+        if name not in PRESETS:
+            raise KeyError(f"unknown preset '{name}'; choose one of: {', '.join(PRESETS)}")
+        arch = overrides.get("arch", cls.arch)
+        method = overrides.get("method", cls.method)
+        return cls(**{**PRESETS[name](arch, method, overrides.get("iters")), **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values (tuples as lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+Preset = Callable[[str, str, "int | None"], dict[str, Any]]  # (arch, method, iters override) -> fields
+
+
+def _paper(arch: str, method: str, iters: int | None = None) -> dict[str, Any]:
+    """The official x4 schedules (official_iss.md section 6): batch 32, LR patch 64, K_p ~100k."""
+    prune = {"scratch": 0, "l1": 0, "srp": OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE}.get(
+        method, OFFICIAL_REG_ITERS
+    )
+    if method == "assl":
+        prune = OFFICIAL_SSA + OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE
+    if arch == "edsr-l":
+        finetune, milestones, lr = 300_000, (200_000,), 1e-4
+    elif arch == "swinir-light" and method == "iss-p":
+        finetune, milestones, lr = 200_000, (250_000, 400_000, 450_000, 475_000), 2e-4
+    else:
+        finetune, milestones, lr = 500_000, (250_000, 400_000, 450_000, 475_000), 2e-4
+    return dict(
+        batch=32, patch=64, lr=lr, iters=prune + finetune, prune_iters=prune, milestones=milestones,
+        val_every=5000, save_every=5000, log_every=100,
+    )  # fmt: skip
+
+
+def _cpu(default_iters: int, patch: int) -> Preset:
+    """A short CPU schedule: K_p = iters / 2, milestones at the official fractions of a 500k fine-tuning."""
+
+    def preset(arch: str, method: str, iters: int | None = None) -> dict[str, Any]:
+        iters = iters or default_iters
+        finetune = iters // 2
+        milestones = tuple(int(finetune * f) for f in (0.5, 0.8, 0.9, 0.95))
+        return dict(
+            batch=4, patch=patch, iters=iters, prune_iters=iters - finetune, milestones=milestones,
+            val_every=max(iters // 4, 1), save_every=max(iters // 10, 1), log_every=10,
+        )  # fmt: skip
+
+    return preset
+
+
+PRESETS: dict[str, Preset] = {
+    "paper": _paper,
+    "cpu-tiny": _cpu(200, 16),
+    "cpu-short": _cpu(2000, 24),
+}
+
+
+def schedule_options(method: str, prune_iters: int) -> dict[str, Any]:
+    """Pruner options that fit the official growing-L2 schedules into ``prune_iters`` (rule in module doc)."""
+    if method not in SLOW_METHODS or prune_iters <= 0:
+        return {}
+    if method == "iss-r":
+        growth = prune_iters
+    elif method == "srp":
+        growth = round(prune_iters * OFFICIAL_REG_ITERS / (OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE))
+    else:
+        growth = round(
+            prune_iters * OFFICIAL_REG_ITERS / (OFFICIAL_SSA + OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE)
+        )
+    interval = max(1, round(growth / OFFICIAL_REG_UPDATES))
+    options: dict[str, Any] = {
+        "reg_interval": interval,
+        "reg_delta": OFFICIAL_REG_CAP / max(1, growth // interval - 1),  # the last increment passes the cap
+        "reg_cap": OFFICIAL_REG_CAP,
+    }
+    if method in ("srp", "assl"):
+        options["stabilize_iters"] = round(growth * OFFICIAL_STABILIZE / OFFICIAL_REG_ITERS)
+    if method == "assl":
+        options["ssa_iters"] = round(growth * OFFICIAL_SSA / OFFICIAL_REG_ITERS)
+    return options
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN/inf: training stops, the weights are left as after the last good step."""
+
+
+class Trainer:
+    """One optimisation step at a time (forward, L1, backward, pruner hooks, Adam, LR schedule).
+
+    ``model`` may be a DistributedDataParallel/compiled wrapper; ``pruner`` works on the raw module's weights.
+    The LR is ``config.lr`` during the pruning stage and ``config.lr * gamma ** k`` in fine-tuning, where
+    ``k`` counts the milestones at or below the number of fine-tuning steps done (officially the scheduler is
+    not stepped while pruning).
+    """
+
+    def __init__(self, model: nn.Module, pruner: Any, config: TrainConfig) -> None:
+        self.model = model
+        self.pruner = pruner
+        self.config = config
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=config.betas)
+        self.finetune_steps = 0
+        self.amp = bool(config.amp)
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next step uses."""
+        return self.config.lr * self.config.gamma ** bisect.bisect_right(
+            self.config.milestones, self.finetune_steps
+        )
+
+    def step(self, lr: torch.Tensor, hr: torch.Tensor) -> float:
+        """One training step; returns the L1 loss (raises ``NonFiniteLossError`` before any update)."""
+        self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+        self.optimizer.zero_grad(set_to_none=True)
+        device_type = lr.device.type
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.amp):
+            sr = self.model(lr)
+        loss = F.l1_loss(sr.float(), hr)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise NonFiniteLossError(
+                f"loss is {value} at iteration {self.pruner.iteration + 1}; stopping (weights left as "
+                "after the last good step). Try a lower --lr or --no-amp."
+            )
+        loss.backward()
+        finetuning = self.pruner.stage == "finetune"
+        self.pruner.before_step()
+        self.optimizer.step()
+        self.pruner.step()
+        self.finetune_steps += finetuning
+        return value
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "finetune_steps": self.finetune_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.finetune_steps = int(state["finetune_steps"])
+
+
+@dataclass
+class TrainEvent:
+    """What ``train`` yields after every iteration (``val_psnr`` only when it validated at this iteration)."""
+
+    iteration: int
+    loss: float
+    lr: float
+    stage: str
+    stats: Any = None  # the pruner's StepStats for this iteration
+    val_psnr: float | None = None
+    elapsed: float = 0.0  # seconds of training in this process
+    checkpoint: Path | None = None  # set on the last event: the final sparse checkpoint
+
+
+class _IterationBatches(torch.utils.data.Sampler):
+    """Patch indices for iterations ``start+1 .. end``: iteration ``t`` of rank ``r`` takes the ``batch``
+    consecutive indices from ``((t - 1) * world + r) * batch``. ``TrainPatches`` draws item ``i`` as a pure
+    function of ``(seed, i)``, so batches depend only on ``(seed, rank, iteration)`` and no patch repeats."""
+
+    def __init__(self, batch: int, rank: int, world: int, start: int, end: int) -> None:
+        self.batch, self.rank, self.world, self.start, self.end = batch, rank, world, start, end
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for iteration in range(self.start + 1, self.end + 1):
+            first = ((iteration - 1) * self.world + self.rank) * self.batch
+            yield list(range(first, first + self.batch))
+
+
+@contextlib.contextmanager
+def _isolated_rng(seed: int) -> Iterator[None]:
+    """Seed torch (CPU), numpy and python's RNGs for the block and restore their previous states after it."""
+    np_state, py_state = np.random.get_state(), random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            np.random.set_state(np_state)
+            random.setstate(py_state)
+
+
+def _rng_state() -> dict[str, Any]:
+    """torch/numpy/python RNG states as tensors and plain types (loadable with weights_only=True)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
+        "python": list(random.getstate()),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+@dataclass
+class _Dist:
+    """Process-group facts (a single process is rank 0 of 1)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _init_distributed(device_type: str) -> _Dist:
+    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return _Dist()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    return _Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _resolve_device(config: TrainConfig, ddp: _Dist) -> torch.device:
+    if config.device == "auto":
+        return torch.device(f"cuda:{ddp.local_rank}" if torch.cuda.is_available() else "cpu")
+    device = torch.device(config.device)
+    if device.type == "cuda" and ddp.world > 1:
+        device = torch.device("cuda", ddp.local_rank)
+    return device
+
+
+def mask_checksum(masks: dict[str, torch.Tensor]) -> int:
+    """A 62-bit checksum of all masks (layer names, shapes and bits), cheap enough to compare across ranks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(masks):
+        mask = masks[name].detach().bool().cpu().reshape(-1).numpy()
+        digest.update(name.encode())
+        digest.update(np.packbits(mask).tobytes())
+    return int.from_bytes(digest.digest()[:8], "little") >> 2
+
+
+def _check_masks_agree(masks: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Raise if any rank holds different masks than the others (they must select identically)."""
+    import torch.distributed as dist
+
+    value = torch.tensor([mask_checksum(masks)], dtype=torch.int64, device=device)
+    low, high = value.clone(), value.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    if int(low) != int(high):
+        raise RuntimeError("ranks hold different pruning masks; the pruner's selection is not deterministic")
+
+
+def _data_label(folders: tuple[str, ...]) -> str:
+    """``T91+BSD200+DIV2K_train_HR(2)``: folder names, with the image count when a folder is small."""
+    parts = []
+    for folder in folders:
+        count = sum(
+            1 for p in Path(folder).iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".bmp")
+        )
+        parts.append(Path(folder).name + (f"({count})" if count < 10 else ""))
+    return "+".join(parts)
+
+
+def _validate(model: nn.Module, samples: list, scale: int, device: torch.device) -> float:
+    """Mean Y-channel PSNR (crop = scale) over the validation samples, through ``iss.infer.upscale``."""
+    from iss.infer import upscale
+    from iss.metrics import psnr_y
+
+    model.eval()
+    with _isolated_rng(0), torch.no_grad():
+        scores = [psnr_y(upscale(model, s.lr, device=device), s.hr, crop_border=scale) for s in samples]
+    return float(np.mean(scores))
+
+
+def _stats_summary(stats: Any) -> dict[str, Any]:
+    """The whole-model telemetry numbers of a StepStats (per-layer dicts are too big for every log line)."""
+    if stats is None:
+        return {}
+    kept = getattr(stats, "kept", {}) or {}
+    summary = {
+        "flips_permille_total": getattr(stats, "flips_permille_total", None),
+        "distance_first_permille": getattr(stats, "distance_first_permille", None),
+        "distance_window_permille": getattr(stats, "distance_window_permille", None),
+    }
+    if kept:
+        summary["kept_mean"] = float(np.mean([float(v) for v in kept.values()]))
+    return {k: v for k, v in summary.items() if v is not None}
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
+    """Run ``config`` and yield a ``TrainEvent`` per iteration; writes log.jsonl, state.pt, model.safetensors.
+
+    With ``resume`` and an existing ``out/state.pt`` it continues from there exactly. Without ``resume`` an
+    ``out`` that already holds a state is refused, so a finished run is never overwritten by accident.
+    """
+    from iss import archs, pruning
+    from iss.data import BenchmarkSet, TrainPatches
+
+    if not config.train_data:
+        raise ValueError("no training data: pass --train-data DIR[,DIR...]")
+    for folder in config.train_data:
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"training data folder {folder} does not exist")
+    out = Path(config.out) if config.out else None
+    state_path = out / "state.pt" if out else None
+    if state_path and state_path.exists() and not resume:
+        raise ValueError(f"{state_path} exists: pass --resume to continue that run, or choose another --out")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device_type = "cuda" if config.device.startswith("cuda") or (
+        config.device == "auto" and torch.cuda.is_available()) else "cpu"  # fmt: skip
+    ddp = _init_distributed(device_type)
+    device = _resolve_device(config, ddp)
+    config = dataclasses.replace(config, amp=device.type == "cuda" if config.amp is None else config.amp)
+
+    _seed_everything(config.seed)
+    model = archs.build(config.arch, config.scale, **config.arch_kwargs)
+    options = {**schedule_options(config.method, config.prune_iters), **config.pruner_options}
+    if config.alpha is not None:
+        options["alpha"] = config.alpha
+    pruner = pruning.build(
+        config.method, model.to(device), config.ratio, prune_iters=config.prune_iters, **options
+    )
+    last_stats: list[Any] = [None]
+    pruner.add_callback(lambda stats: last_stats.__setitem__(0, stats))
+
+    net: nn.Module = model
+    if ddp.world > 1:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if config.compile:
+        net = torch.compile(net)
+    trainer = Trainer(net, pruner, config)
+
+    start = 0
+    if state_path and state_path.exists():
+        state = torch.load(state_path, map_location=device, weights_only=True)
+        _check_same_run(config, state["config"], state_path)
+        model.load_state_dict(state["model"])
+        trainer.load_state_dict(state["trainer"])
+        pruner.load_state_dict(state["pruner"])
+        rng = state["rng"]
+        _set_rng_state(rng[ddp.rank] if ddp.rank < len(rng) else rng[0])
+        start = int(state["iteration"])
+
+    length = config.iters * ddp.world * config.batch
+    dataset = TrainPatches(config.train_data, config.scale, config.patch, length=length, seed=config.seed)
+    sampler = _IterationBatches(config.batch, ddp.rank, ddp.world, start, config.iters)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, num_workers=config.workers, pin_memory=device.type == "cuda",
+        generator=torch.Generator().manual_seed(config.seed),  # keeps the global RNG untouched (exact resume)
+    )  # fmt: skip
+    val_samples = []
+    if config.val_data and ddp.main:
+        val_dir = Path(config.val_data)
+        if not val_dir.is_dir():
+            raise FileNotFoundError(f"validation set folder {val_dir} does not exist")
+        val_samples = list(BenchmarkSet(val_dir.parent, val_dir.name, config.scale))
+
+    log = None
+    if out and ddp.main:
+        out.mkdir(parents=True, exist_ok=True)
+        log = (out / "log.jsonl").open("a")
+        _log(log, {"event": "resume" if start else "start", "iteration": start, "config": config.to_dict()})
+    began = time.perf_counter()
+    iteration = start
+    try:
+        for lr, hr in loader:
+            iteration += 1
+            learning_rate = trainer.lr
+            loss = trainer.step(lr.to(device, non_blocking=True), hr.to(device, non_blocking=True))
+            if ddp.world > 1 and iteration % config.mask_check_every == 0:
+                _check_masks_agree(pruner.masks, device)
+            event = TrainEvent(iteration, loss, learning_rate, pruner.stage, last_stats[0])
+            if val_samples and (iteration % config.val_every == 0 or iteration == config.iters):
+                event.val_psnr = _validate(model, val_samples, config.scale, device)
+            event.elapsed = time.perf_counter() - began
+            if log and (
+                iteration % config.log_every == 0 or event.val_psnr is not None or iteration == config.iters
+            ):
+                _log(log, _event_record(event))
+            if state_path and (iteration % config.save_every == 0 or iteration == config.iters):
+                _save_state(state_path, model, trainer, pruner, config, iteration, ddp)
+            if iteration == config.iters and out and ddp.main:
+                event.checkpoint = _save_checkpoint(out, model, pruner, config, iteration, event.val_psnr)
+            yield event
+    except NonFiniteLossError as e:
+        if log:
+            _log(log, {"event": "stopped", "iteration": iteration, "reason": str(e)})
+        raise
+    finally:
+        if log:
+            log.close()
+
+
+def _check_same_run(config: TrainConfig, saved: dict[str, Any], path: Path) -> None:
+    """Refuse to resume a state written by a different configuration (only iters/logging may change)."""
+    free = {
+        "iters",
+        "val_every",
+        "save_every",
+        "log_every",
+        "out",
+        "workers",
+        "threads",
+        "val_data",
+        "device",
+    }
+    current = config.to_dict()
+    changed = sorted(k for k in current if k not in free and current[k] != saved.get(k))
+    if changed:
+        details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in changed)
+        raise ValueError(f"cannot resume {path}: the configuration changed ({details})")
+
+
+def _save_state(
+    path: Path,
+    model: nn.Module,
+    trainer: Trainer,
+    pruner: Any,
+    config: TrainConfig,
+    iteration: int,
+    ddp: _Dist,
+) -> None:
+    """Write the resumable state atomically (rank 0; RNG states of every rank)."""
+    rng = [_rng_state()]
+    if ddp.world > 1:
+        import torch.distributed as dist
+
+        rng = [None] * ddp.world
+        dist.all_gather_object(rng, _rng_state())
+    if not ddp.main:
+        return
+    state = {
+        "iteration": iteration,
+        "config": config.to_dict(),
+        "model": model.state_dict(),
+        "trainer": trainer.state_dict(),
+        "pruner": pruner.state_dict(),
+        "rng": rng,
+    }
+    _atomic_torch_save(state, path)
+
+
+def _save_checkpoint(
+    out: Path, model: nn.Module, pruner: Any, config: TrainConfig, iteration: int, val_psnr: float | None
+) -> Path:
+    """The final sparse checkpoint ``out/model.safetensors`` (hard masks once fine-tuning has begun)."""
+    from iss import checkpoint
+
+    meta = {
+        "arch": config.arch, "arch_kwargs": config.arch_kwargs, "scale": config.scale,
+        "method": config.method, "ratio": config.ratio, "alpha": config.alpha, "iterations": iteration,
+        "data": _data_label(config.train_data),
+        "metrics": {"val_psnr": val_psnr} if val_psnr is not None else {},
+        "budget": {"iterations": iteration, "prune_iters": config.prune_iters, "batch": config.batch,
+                   "patch": config.patch, "seed": config.seed},
+    }  # fmt: skip
+    masks = pruner.masks if pruner.stage == "finetune" else None
+    return checkpoint.save(model, out / "model.safetensors", meta, masks)
+
+
+def _event_record(event: TrainEvent) -> dict[str, Any]:
+    record = {"iteration": event.iteration, "loss": event.loss, "lr": event.lr, "stage": event.stage}
+    if event.val_psnr is not None:
+        record["val_psnr"] = event.val_psnr
+    record["elapsed"] = round(event.elapsed, 3)
+    record.update(_stats_summary(event.stats))
+    return record
+
+
+def _log(file: Any, record: dict[str, Any]) -> None:
+    file.write(json.dumps(record) + "\n")
+    file.flush()
+
+
+# ---------------------------------------------------------------------------------------------------- command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``python -m iss train``."""
+    parser.add_argument("--arch", default="swinir-light")
+    parser.add_argument("--scale", type=int, default=4)
+    parser.add_argument("--method", default="iss-p")
+    parser.add_argument("--ratio", type=float, default=0.95)
+    parser.add_argument("--alpha", type=float, help="ISS-P shrink factor (default 0.95)")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), help="schedule defaults; explicit flags override them"
+    )
+    parser.add_argument("--iters", type=int, help="total iterations (pruning + fine-tuning)")
+    parser.add_argument("--prune-iters", type=int, help="K_p: iterations of the pruning stage")
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--patch", type=int, help="LR patch size")
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--milestones", help="comma-separated fine-tuning iterations at which the LR halves")
+    parser.add_argument("--train-data", required=True, help="training image folder(s), comma-separated")
+    parser.add_argument("--val-data", help="a benchmark set folder for periodic validation, e.g. .../Set5")
+    parser.add_argument("--val-every", type=int)
+    parser.add_argument("--save-every", type=int)
+    parser.add_argument("--log-every", type=int)
+    parser.add_argument("--out", required=True, help="run folder: log.jsonl, state.pt, model.safetensors")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its state.pt")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 (CUDA default)"
+    )
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument(
+        "--arch-kwargs", default="{}", help="JSON of iss.archs.build overrides (tiny configs)"
+    )
+    parser.add_argument("--pruner-options", default="{}", help="JSON of extra iss.pruning.build options")
+    parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig for parsed ``train`` arguments (preset first, explicit flags on top)."""
+    fields = {
+        "arch": args.arch, "scale": args.scale, "method": args.method, "ratio": args.ratio,
+        "alpha": args.alpha, "iters": args.iters, "prune_iters": args.prune_iters, "batch": args.batch,
+        "patch": args.patch, "lr": args.lr, "val_every": args.val_every, "save_every": args.save_every,
+        "log_every": args.log_every,
+        "out": args.out, "seed": args.seed, "device": args.device, "amp": args.amp, "compile": args.compile,
+        "workers": args.workers, "threads": args.threads, "val_data": args.val_data,
+        "train_data": tuple(d for d in args.train_data.split(",") if d),
+        "arch_kwargs": _json_arg(args.arch_kwargs, "--arch-kwargs"),
+        "pruner_options": _json_arg(args.pruner_options, "--pruner-options"),
+    }  # fmt: skip
+    if args.milestones is not None:
+        fields["milestones"] = tuple(int(m) for m in args.milestones.split(",") if m)
+    explicit = {k: v for k, v in fields.items() if v is not None or k in ("alpha", "amp", "val_data")}
+    if args.preset:
+        return TrainConfig.from_preset(args.preset, **explicit)
+    return TrainConfig(**explicit)
+
+
+def _json_arg(text: str, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{flag} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{flag} must be a JSON object, e.g. '{{\"embed_dim\": 12}}'")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """``python -m iss train``: train with a tqdm bar; final checkpoint in ``--out/model.safetensors``."""
+    from tqdm import tqdm
+
+    config = config_from_args(args)
+    main = int(os.environ.get("RANK", "0")) == 0
+    bar = tqdm(
+        total=config.iters, disable=args.no_progress or not main, desc=f"{config.method} {config.arch}"
+    )
+    val = None
+    try:
+        for event in train(config, resume=args.resume):
+            if bar.n == 0:
+                bar.update(event.iteration - 1)
+            bar.update(1)
+            val = event.val_psnr if event.val_psnr is not None else val
+            postfix = {"loss": f"{event.loss:.4f}", "stage": event.stage}
+            if val is not None:
+                postfix["psnr"] = f"{val:.2f}"
+            bar.set_postfix(postfix, refresh=False)
+            if event.checkpoint is not None:
+                bar.write(f"saved {event.checkpoint}")
+    except NonFiniteLossError as e:
+        bar.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    finally:
+        bar.close()
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    return 0

@@ -1,0 +1,133 @@
+"""Sparse safetensors checkpoints: round trip, exact sparsity, integrity checks, size at ratio 0.95."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from iss import checkpoint
+
+
+class TinySR(nn.Module):
+    """A small conv + linear SR net with a derived buffer, built like an architecture from the registry."""
+
+    def __init__(self, scale: int, width: int = 8) -> None:
+        super().__init__()
+        self.scale = scale
+        self.head = nn.Conv2d(3, width, 3, padding=1)
+        self.mix = nn.Linear(width, width)
+        self.tail = nn.Conv2d(width, 3 * scale * scale, 3, padding=1)
+        self.register_buffer("index", torch.arange(16).reshape(4, 4))  # recomputed on build: not stored
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.head(x)
+        y = self.mix(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return nn.functional.pixel_shuffle(self.tail(y), self.scale)
+
+
+@pytest.fixture
+def tiny(monkeypatch: pytest.MonkeyPatch) -> nn.Module:
+    """A TinySR whose masks prune 75% of each weight; checkpoint.load rebuilds TinySR."""
+    monkeypatch.setattr(checkpoint, "_build_model", lambda arch, scale, kwargs: TinySR(scale, **kwargs))
+    torch.manual_seed(0)
+    model = TinySR(2, width=8)
+    with torch.no_grad():
+        for module in (model.head, model.mix, model.tail):
+            w = module.weight
+            k = int(0.75 * w.numel())
+            threshold = w.abs().flatten().kthvalue(k).values
+            w.mul_(w.abs() > threshold)
+    return model
+
+
+META = {"arch": "tiny", "scale": 2, "arch_kwargs": {"width": 8}, "method": "iht", "ratio": 0.75, "alpha": None}
+
+
+def _masks(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {f"{n}.weight": getattr(model, n).weight != 0 for n in ("head", "mix", "tail")}
+
+
+def test_round_trip_is_exact_and_as_sparse(tiny: nn.Module, tmp_path) -> None:
+    path = checkpoint.save(tiny, tmp_path / "m.safetensors", {**META, "metrics": {"Set5": {"psnr": 30.5}}})
+    model, meta = checkpoint.load(path)
+    for name, tensor in tiny.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    for name in ("head", "mix", "tail"):
+        assert torch.equal(getattr(model, name).weight == 0, getattr(tiny, name).weight == 0)
+    assert meta["arch"] == "tiny" and meta["scale"] == 2 and meta["ratio"] == 0.75 and meta["alpha"] is None
+    assert meta["arch_kwargs"] == {"width": 8} and meta["metrics"] == {"Set5": {"psnr": 30.5}}
+    assert meta["format_version"] == "1" and len(meta["sha256"]) == 64
+    assert not model.training
+
+
+def test_explicit_masks_store_bitmask_and_values(tiny: nn.Module, tmp_path) -> None:
+    masks = _masks(tiny)
+    path = checkpoint.save(tiny, tmp_path / "m.safetensors", META, masks)
+    tensors, metadata = checkpoint.read(path)
+    packed = tensors["tail.weight::mask"]
+    assert packed.dtype == torch.uint8 and packed.numel() == (masks["tail.weight"].numel() + 7) // 8
+    assert torch.equal(checkpoint.unpack_mask(packed, masks["tail.weight"].shape), masks["tail.weight"])
+    assert tensors["tail.weight::values"].numel() == int(masks["tail.weight"].sum())
+    assert "tail.weight" not in tensors and "tail.bias" in tensors
+    assert "index" not in tensors and json.loads(metadata["derived"]) == ["index"]
+
+
+def test_fp16_values_are_half_and_close(tiny: nn.Module, tmp_path) -> None:
+    path = checkpoint.save(tiny, tmp_path / "m.safetensors", META, _masks(tiny), dtype="fp16")
+    tensors, metadata = checkpoint.read(path)
+    assert tensors["head.weight::values"].dtype == torch.float16 and metadata["values_dtype"] == "float16"
+    model, _ = checkpoint.load(path)
+    assert model.head.weight.dtype == torch.float32
+    assert torch.equal(model.head.weight == 0, tiny.head.weight == 0)
+    torch.testing.assert_close(model.head.weight, tiny.head.weight, rtol=1e-3, atol=1e-4)
+
+
+def test_mask_that_drops_nonzero_weights_is_refused(tiny: nn.Module, tmp_path) -> None:
+    masks = _masks(tiny)
+    masks["head.weight"] = torch.zeros_like(masks["head.weight"])
+    with pytest.raises(ValueError, match="non-zero values where its mask is False"):
+        checkpoint.save(tiny, tmp_path / "m.safetensors", META, masks)
+    with pytest.raises(KeyError, match="nope.weight"):
+        checkpoint.save(tiny, tmp_path / "m.safetensors", META, {"nope.weight": masks["mix.weight"]})
+
+
+def test_tampered_file_fails_integrity_check(tiny: nn.Module, tmp_path) -> None:
+    path = checkpoint.save(tiny, tmp_path / "m.safetensors", META)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # one bit of the last tensor's payload
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="failed its integrity check"):
+        checkpoint.load(path)
+
+
+def test_truncated_or_foreign_file_is_a_clear_error(tiny: nn.Module, tmp_path) -> None:
+    path = checkpoint.save(tiny, tmp_path / "m.safetensors", META)
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        checkpoint.load(path)
+    pickled = tmp_path / "p.safetensors"
+    buffer = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, buffer)
+    pickled.write_bytes(buffer.getvalue())
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        checkpoint.load(pickled)
+    with pytest.raises(FileNotFoundError):
+        checkpoint.load(tmp_path / "missing.safetensors")
+
+
+def test_meta_needs_arch_and_scale(tiny: nn.Module, tmp_path) -> None:
+    with pytest.raises(ValueError, match="arch"):
+        checkpoint.save(tiny, tmp_path / "m.safetensors", {"scale": 2})
+    with pytest.raises(ValueError, match="dtype"):
+        checkpoint.save(tiny, tmp_path / "m.safetensors", META, dtype="int8")
+
+
+def test_pack_unpack_odd_length() -> None:
+    mask = torch.rand(3, 5, 7) > 0.5
+    packed = checkpoint.pack_mask(mask)
+    assert packed.numel() == (105 + 7) // 8
+    assert torch.equal(checkpoint.unpack_mask(packed, mask.shape), mask)
