@@ -425,11 +425,17 @@ def _hub_download(
 
     huggingface_hub retries a failed metadata request with a 60 s timeout when nothing is cached, which would
     defeat ``timeout``; probing once with ``get_hf_file_metadata`` (no retries) keeps the wait to ``timeout``.
+    A revision pinned to a commit sha is immutable, so a cached copy of it is used without any request.
     """
     kwargs: dict[str, Any] = dict(repo_id=repo_id, filename=filename, repo_type=repo_type, revision=revision,
                                   cache_dir=cache_dir, endpoint=endpoint, token=token)  # fmt: skip
     if hub_offline() if offline is None else offline:
         return Path(hf_hub_download(**kwargs, local_files_only=True))
+    if _COMMIT.fullmatch(revision):
+        try:
+            return Path(hf_hub_download(**kwargs, local_files_only=True))
+        except LocalEntryNotFoundError:
+            pass  # not cached yet: download it below
     timeout = constants.HF_HUB_ETAG_TIMEOUT if timeout is None else timeout
     url = hf_hub_url(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=endpoint)
     try:
@@ -450,9 +456,11 @@ def _describe(error: BaseException) -> str:
     if "Timeout" in name:
         return f"timed out ({name})"
     response = getattr(error, "response", None)
-    status = getattr(response, "status_code", None)
+    if getattr(response, "status_code", None):
+        code = response.headers.get("X-Error-Code") or response.reason_phrase
+        return f"HTTP {response.status_code} {code} at {response.url}"
     first = str(error).strip().splitlines()[0] if str(error).strip() else name
-    return f"HTTP {status}: {first}" if status else f"{name}: {first}"
+    return f"{name}: {first}"
 
 
 def _commit_of(path: Path) -> str | None:
@@ -667,11 +675,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="zoo_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--manifest", type=Path, default=None, help=f"zoo manifest (default {DEFAULT_ZOO})")
-    common.add_argument(
+    cached = argparse.ArgumentParser(add_help=False, parents=[common])
+    cached.add_argument(
         "--cache-dir", type=Path, default=None, help="Hugging Face cache (default $HF_HUB_CACHE)"
     )
-    sub.add_parser("list", parents=[common], help="print the zoo table")
-    fetch = sub.add_parser("fetch", parents=[common], help="resolve every entry (Hub, cache or bundled copy)")
+    sub.add_parser("list", parents=[cached], help="print the zoo table")
+    fetch = sub.add_parser("fetch", parents=[cached], help="resolve every entry (Hub, cache or bundled copy)")
     fetch.add_argument("--offline", action="store_true", help="use only the Hub cache and bundled files")
     fetch.add_argument("--timeout", type=float, default=None, help="seconds to wait for the Hub (default 10)")
     fetch.add_argument("--endpoint", default=None, help="Hub URL (default $HF_ENDPOINT or huggingface.co)")

@@ -403,6 +403,17 @@ def test_download_from_the_server_then_offline_from_its_cache(
     assert hub.resolve(entry, endpoint=fakehub.url) == found.path and len(fakehub.requests) == n
 
 
+def test_pinned_commit_in_cache_needs_no_request(tmp_path: Path, fakehub: FakeHub) -> None:
+    data = b"pinned weights"
+    commit = fakehub.add_file(REPO, "a.safetensors", data)
+    entry = hub.load_zoo(make_zoo(tmp_path, {"a": data}, revision=commit))[0]
+    first = hub.resolve(entry, endpoint=fakehub.url)
+    fakehub.delay, n = 5.0, len(fakehub.requests)  # a Hub that would now hang
+    start = time.perf_counter()
+    assert hub.resolve(entry, endpoint=fakehub.url, timeout=3) == first
+    assert len(fakehub.requests) == n and time.perf_counter() - start < 1.0
+
+
 def test_branch_revision_resolves_through_the_server(tmp_path: Path, fakehub: FakeHub) -> None:
     data = b"weights on main"
     fakehub.add_file(REPO, "a.safetensors", data)
