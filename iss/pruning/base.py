@@ -1,0 +1,447 @@
+"""The ``Pruner`` base: layers, exact per-layer selection, masks, the prune -> finetune switch, resume.
+
+How a pruner plugs into a training loop (the contract every method follows)::
+
+    loss.backward()
+    pruner.before_step()   # regularisation gradients (ISS-R, SRP, ASSL) and gradient telemetry
+    optimizer.step()
+    pruner.step()          # shrink / zero / re-apply the mask, in place, right after the optimizer step
+
+Like the official code (``Jiamian-Wang/Iterative-Soft-Shrinkage-SR``, ``basicsr/pruner/ist_pruner.py``) the
+pruner works in place on ``weight.data`` right after ``optimizer.step()``: no forward hooks, no renamed
+parameters (``weight_orig``), parameter identity kept, so optimizers and ``state_dict`` keys are unaffected.
+Gradients of unimportant weights are not masked and the optimizer state is not touched. The selection made at
+build time (iteration 0) is the "first selection"; methods that prune during training leave the weights alone
+then, so the very first forward sees the dense random initialisation, as in the official code (the paper's
+figure draws the mask before the forward; the two differ only at the first iteration).
+
+Selection is exact and on the weights' device: in every pruned layer exactly ``ceil(ratio * n)`` weights of
+smallest ``|w|`` are unimportant (ties broken towards the lower flat index), computed with torch, never
+sampled and never copied to the CPU. Layers with the same number of weights are stacked and selected together;
+the previous threshold is reused as a hint, so a step costs a few elementwise passes rather than a full
+``kthvalue`` (see ``select_smallest``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from .telemetry import DriftTracker, StepStats, grad_moments, grad_sums
+
+LEARNABLE = (nn.Conv2d, nn.Linear)
+STAGES = ("prune", "finetune")
+# Largest per-row miss of the threshold hint repaired with a partial top-k before a full kthvalue is cheaper.
+_HINT_REPAIR_LIMIT = 128
+
+
+def n_unimportant(ratio: float, n: int) -> int:
+    """``ceil(ratio * n)`` (float noise like 0.9*10 = 9.000000000000002 rounded away), at most ``n - 1``."""
+    return min(n - 1, math.ceil(round(ratio * n, 6)))
+
+
+def check_ratio(ratio: float) -> float:
+    """The pruning ratio r (fraction of unimportant weights per layer) must lie in [0, 1)."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio < 1.0:
+        raise ValueError(f"ratio must be a number in [0, 1) (fraction of each layer pruned), got {ratio!r}")
+    return float(ratio)
+
+
+def parse_nm(nm: str | None, ratio: float) -> tuple[int, int] | None:
+    """``"19:20"`` -> (19, 20): the N smallest of every M consecutive weights are unimportant."""
+    if nm is None:
+        return None
+    try:
+        n_small, m = (int(x) for x in str(nm).split(":"))
+    except ValueError:
+        raise ValueError(f"nm must look like 'N:M' (e.g. '19:20'), got {nm!r}") from None
+    if not 0 < n_small < m:
+        raise ValueError(f"nm '{nm}' needs 0 < N < M")
+    if abs(n_small / m - ratio) > 0.005:
+        raise ValueError(
+            f"nm '{nm}' prunes {n_small / m:.4f} of each layer but ratio is {ratio}: make them agree"
+        )
+    return n_small, m
+
+
+def find_layers(
+    model: nn.Module, include: Sequence[str] | None = None, exclude: Sequence[str] | None = None
+) -> list[tuple[str, nn.Module]]:
+    """``(weight name, module)`` of every Conv2d/Linear, filtered by fnmatch globs on module/weight name."""
+    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        model = model.module
+    seen: set[int] = set()
+    layers = []
+    for name, module in model.named_modules():
+        if not isinstance(module, LEARNABLE) or id(module.weight) in seen:
+            continue
+        weight_name = f"{name}.weight" if name else "weight"
+        names = (name, weight_name)
+        if include is not None and not any(fnmatchcase(x, p) for p in include for x in names):
+            continue
+        if exclude is not None and any(fnmatchcase(x, p) for p in exclude for x in names):
+            continue
+        seen.add(id(module.weight))
+        layers.append((weight_name, module))
+    if not layers:
+        raise ValueError(f"no Conv2d/Linear layer selected (include={include}, exclude={exclude})")
+    return layers
+
+
+def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The ``k`` smallest entries of each row of ``a`` (rows, n): a bool mask and a threshold per row.
+
+    The set is canonical: the k smallest values, ties at the k-th value resolved towards the lower index.
+    ``hint`` (rows, 1) is a previous threshold: when ``count(a <= hint) == k`` the set is already exact;
+    when it is off by a few, a small top-k inside the too-big or too-small side finds the k-th value;
+    otherwise (or without a hint) one batched ``kthvalue``. Every path gives the same set.
+    """
+    if hint is not None:
+        below = a <= hint
+        miss = below.sum(1, keepdim=True) - k
+        worst = int(miss.abs().max())
+        if worst == 0:
+            return below, hint
+        if worst <= _HINT_REPAIR_LIMIT:
+            tau = _repair_threshold(a, below, miss, worst, hint)
+        else:
+            tau = a.kthvalue(k, dim=1, keepdim=True).values
+    else:
+        tau = a.kthvalue(k, dim=1, keepdim=True).values
+    below = a <= tau
+    counts = below.sum(1, keepdim=True)
+    if bool((counts != k).any()):
+        below = _break_ties(a, tau, k)
+    return below, tau
+
+
+def _repair_threshold(a: Tensor, below: Tensor, miss: Tensor, worst: int, hint: Tensor) -> Tensor:
+    """k-th smallest per row when ``a <= hint`` selects ``k + miss`` entries (``|miss| <= worst``)."""
+    tau = hint.clone()
+    if bool((miss > 0).any()):
+        # Too many below: the k-th smallest is the (miss+1)-th largest among those below.
+        top = a.masked_fill(~below, float("-inf")).topk(worst + 1, dim=1).values
+        tau = torch.where(miss > 0, top.gather(1, miss.clamp(min=0)), tau)
+    if bool((miss < 0).any()):
+        # Too few below: the k-th smallest is the (-miss)-th smallest among those above.
+        low = a.masked_fill(below, float("inf")).topk(worst, dim=1, largest=False).values
+        tau = torch.where(miss < 0, low.gather(1, (-miss - 1).clamp(min=0)), tau)
+    return tau
+
+
+def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
+    """``a < tau`` plus as many entries equal to ``tau`` as needed for k, lowest indices first."""
+    less = a < tau
+    equal = a == tau
+    need = k - less.sum(1, keepdim=True)
+    return less | (equal & (equal.cumsum(1) <= need))
+
+
+def select_nm(a: Tensor, n_small: int, m: int) -> Tensor:
+    """The ``n_small`` smallest of every ``m`` consecutive entries of each row (lower index on ties)."""
+    blocks = a.view(a.shape[0], -1, m)
+    order = blocks.argsort(dim=-1, stable=True)[..., :n_small]
+    return torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, order, True).view_as(a)
+
+
+@dataclass
+class LayerGroup:
+    """Pruned layers with the same number of weights, stacked so one batched op selects for all of them."""
+
+    names: list[str]
+    modules: list[nn.Module]
+    n: int
+    k: int
+    kept: Tensor  # (layers, n) bool, True = important
+    tau: Tensor | None = None  # (layers, 1) threshold hint from the last selection
+    hard: Tensor | None = None  # (layers, n) float 0/1 mask once frozen
+    grad_sums: Tensor | None = None  # (layers, 3) from the last before_step
+    _buffer: Tensor | None = field(default=None, repr=False)
+
+    @property
+    def weights(self) -> list[Tensor]:
+        """Flat views of the layers' weights (in place edits change the parameters)."""
+        return [m.weight.detach().view(-1) for m in self.modules]
+
+    def magnitudes(self) -> Tensor:
+        """``|w|`` stacked as (layers, n), written into a reused buffer."""
+        weights = self.weights
+        w = weights[0]
+        if self._buffer is None or self._buffer.dtype != w.dtype or self._buffer.device != w.device:
+            self._buffer = torch.empty(len(weights), self.n, dtype=w.dtype, device=w.device)
+        return torch.stack(weights, out=self._buffer).abs_()
+
+
+class Pruner:
+    """Base class: owns the layers, exact per-layer selection, masks, the stage switch and telemetry.
+
+    A method sets ``prune_iters`` and overrides a hook or two: ``_initial_selection`` (which weights start
+    unimportant), ``_setup`` (once at build), ``_regularize`` (in ``before_step`` while pruning) and
+    ``_prune_step`` (in ``step`` while pruning). After ``prune_iters`` calls of ``step()`` the last
+    selection is frozen into a hard 0/1 mask, applied at once and after every later step.
+
+    Args:
+        model: any module; the weights of its Conv2d and Linear layers are pruned (not biases, norms, tables).
+        ratio: fraction r of each layer's weights that is unimportant, ``ceil(r * n)`` per layer.
+        prune_iters: iterations of the pruning stage (K_p); 0 freezes the first selection at once.
+        include: fnmatch globs on module or weight names; only matching layers are pruned.
+        exclude: fnmatch globs of layers left dense.
+        nm: ``"N:M"``: the N smallest of each M consecutive weights (flattened) are unimportant.
+        window: iterations back for ``distance_window_permille``.
+    """
+
+    method: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ratio: float,
+        *,
+        prune_iters: int,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        nm: str | None = None,
+        window: int = 100,
+    ) -> None:
+        self.ratio = check_ratio(ratio)
+        if isinstance(prune_iters, bool) or not isinstance(prune_iters, int) or prune_iters < 0:
+            raise ValueError(f"prune_iters must be an integer >= 0, got {prune_iters!r}")
+        self.prune_iters = prune_iters
+        self.nm = parse_nm(nm, self.ratio)
+        self.iteration = 0
+        self.stage = "prune"
+        self._callbacks: list[Callable[[StepStats], Any]] = []
+        self._groups, self._order = self._make_groups(find_layers(model, include, exclude))
+        self._masks: dict[str, Tensor] | None = None
+        self._had_grads = self._stats_have_grads = False
+        self._stats: StepStats | None = None
+        for group, kept in zip(self._groups, self._initial_selection(), strict=True):
+            group.kept.copy_(kept)
+        self._tracker = DriftTracker([g.kept for g in self._groups], window)
+        self._setup()
+        if self.prune_iters == 0:
+            self._freeze()
+
+    # ----- public API -----
+    @property
+    def masks(self) -> dict[str, Tensor]:
+        """Layer weight name -> bool mask shaped like the weight, True = kept (live views: clone to keep)."""
+        if self._masks is None:
+            self._masks = {}
+            for g in self._groups:
+                for name, module, row in zip(g.names, g.modules, g.kept, strict=True):
+                    self._masks[name] = row.view(module.weight.shape)
+        return self._masks
+
+    @property
+    def layer_names(self) -> list[str]:
+        """Names of the pruned weights, in model order."""
+        return [name for name, _ in self._order]
+
+    @torch.no_grad()
+    def before_step(self) -> None:
+        """Call after ``loss.backward()``, before ``optimizer.step()``: gradient telemetry, regularisation."""
+        self._had_grads = True
+        for g in self._groups:
+            g.grad_sums = grad_sums(self._stack_grads(g))
+        if self.stage == "prune":
+            self._regularize()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Call right after every ``optimizer.step()``: shrink/mask in place, switch stage, emit telemetry."""
+        self.iteration += 1
+        if self.stage == "prune":
+            self._prune_step()
+            if self.iteration >= self.prune_iters:
+                self._freeze()
+        else:
+            self._apply_hard_mask()
+        self._tracker.end_iteration()
+        self._stats = None
+        self._stats_have_grads, self._had_grads = self._had_grads, False
+        if self._callbacks:
+            stats = self.stats
+            for fn in self._callbacks:
+                fn(stats)
+
+    def add_callback(self, fn: Callable[[StepStats], Any]) -> None:
+        """Call ``fn(StepStats)`` after every ``step()`` (the app streams telemetry this way)."""
+        self._callbacks.append(fn)
+
+    @property
+    def stats(self) -> StepStats:
+        """Telemetry of the last iteration (built on demand: Python floats are made only here)."""
+        if self._stats is None:
+            self._stats = self._build_stats()
+        return self._stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """All that exact resume needs, as tensors and plain types (``torch.load(weights_only=True)``)."""
+        return {
+            "method": self.method,
+            "ratio": self.ratio,
+            "iteration": self.iteration,
+            "stage": self.stage,
+            "names": self.layer_names,
+            "kept": [g.kept.clone() for g in self._groups],
+            "tracker": self._tracker.state_dict(),
+            "extra": self._extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict()`` of a pruner built with the same method, ratio and layers."""
+        same = (state["method"], state["ratio"], state["names"]) == (
+            self.method,
+            self.ratio,
+            self.layer_names,
+        )
+        if not same:
+            raise ValueError(
+                f"pruner state is for method={state['method']} ratio={state['ratio']} on "
+                f"{len(state['names'])} layers; this pruner is {self.method} ratio={self.ratio} on "
+                f"{len(self.layer_names)} layers"
+            )
+        if state["stage"] not in STAGES:
+            raise ValueError(f"bad pruner stage {state['stage']!r}")
+        for g, kept in zip(self._groups, state["kept"], strict=True):
+            g.kept.copy_(kept)
+            g.tau = None
+            g.hard = None
+        self.iteration = int(state["iteration"])
+        self.stage = state["stage"]
+        if self.stage == "finetune":
+            self._make_hard()
+        self._tracker.load_state_dict(state["tracker"], [g.kept for g in self._groups])
+        self._load_extra_state(state["extra"])
+        self._stats = None
+
+    # ----- hooks for methods -----
+    def _initial_selection(self) -> list[Tensor]:
+        """Kept-masks at build time (iteration 0): by default the exact |w| selection."""
+        return [~self._select(g) for g in self._groups]
+
+    def _setup(self) -> None:
+        """Once at build, after the first selection."""
+
+    def _regularize(self) -> None:
+        """In ``before_step`` during the pruning stage (gradients exist)."""
+
+    def _prune_step(self) -> None:
+        """In ``step`` during the pruning stage, after ``iteration`` was incremented."""
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``_extra_state`` saved."""
+
+    # ----- helpers for methods -----
+    def _select(self, g: LayerGroup) -> Tensor:
+        """Unimportant-mask (layers, n) of a group from the current weights; updates the threshold hint."""
+        a = g.magnitudes()
+        if self.nm is not None:
+            return select_nm(a, *self.nm)
+        below, g.tau = select_smallest(a, g.k, g.tau)
+        return below
+
+    def _reselect(self, fixed_rows: list[Tensor] | None = None) -> None:
+        """Re-pick unimportant weights by |w| (rows flagged in ``fixed_rows`` keep theirs); count flips."""
+        for i, g in enumerate(self._groups):
+            kept = ~self._select(g)
+            if fixed_rows is not None:
+                kept = torch.where(fixed_rows[i], g.kept, kept)
+            self._tracker.record(i, g.kept, kept)
+            g.kept.copy_(kept)
+
+    def _shrink(self, alpha: float) -> None:
+        """Multiply the unimportant weights by ``alpha`` in place (0 = hard thresholding)."""
+        for g in self._groups:
+            scale = torch.where(g.kept, 1.0, alpha).to(g.modules[0].weight.dtype)
+            torch._foreach_mul_(g.weights, list(scale.unbind(0)))
+
+    def _freeze(self) -> None:
+        """Turn the current selection into the hard 0/1 mask of the fine-tuning stage and apply it."""
+        self.stage = "finetune"
+        self._make_hard()
+        self._apply_hard_mask()
+
+    def _make_hard(self) -> None:
+        for g in self._groups:
+            g.hard = g.kept.to(g.modules[0].weight.dtype)
+
+    def _apply_hard_mask(self) -> None:
+        for g in self._groups:
+            torch._foreach_mul_(g.weights, list(g.hard.unbind(0)))
+
+    def _stack_grads(self, g: LayerGroup) -> Tensor:
+        """Gradients of a group stacked as (layers, n); a layer without gradient counts as zeros."""
+        return torch.stack([self._grad(m).view(-1) for m in g.modules])
+
+    @staticmethod
+    def _grad(module: nn.Module) -> Tensor:
+        w = module.weight
+        return w.grad if w.grad is not None else torch.zeros_like(w)
+
+    # ----- internals -----
+    def _make_groups(
+        self, layers: list[tuple[str, nn.Module]]
+    ) -> tuple[list[LayerGroup], list[tuple[str, tuple[int, int]]]]:
+        """Group layers by (numel, device, dtype); also (name, (group, row)) in model order."""
+        by_key: dict[tuple, LayerGroup] = {}
+        order = []
+        for name, module in layers:
+            w = module.weight
+            if self.nm is not None and w.numel() % self.nm[1]:
+                raise ValueError(f"nm mode: {name} has {w.numel()} weights, not a multiple of M={self.nm[1]}")
+            key = (w.numel(), w.device, w.dtype)
+            if key not in by_key:
+                k = w.numel() // self.nm[1] * self.nm[0] if self.nm else n_unimportant(self.ratio, w.numel())
+                by_key[key] = LayerGroup([], [], w.numel(), k, torch.empty(0))
+            order.append((name, (list(by_key).index(key), len(by_key[key].names))))
+            by_key[key].names.append(name)
+            by_key[key].modules.append(module)
+        groups = list(by_key.values())
+        for g in groups:
+            w = g.modules[0].weight
+            g.kept = torch.ones(len(g.modules), g.n, dtype=torch.bool, device=w.device)
+        return groups, order
+
+    def _build_stats(self) -> StepStats:
+        flips = [f.tolist() for f in self._tracker.last_flips]
+        moments = [grad_moments(g.grad_sums, g.n) if self._stats_have_grads else None for g in self._groups]
+        out: dict[str, dict] = {k: {} for k in ("flips", "permille", "norm", "var", "var_signed", "kept")}
+        for name, (gi, ri) in self._order:
+            g = self._groups[gi]
+            out["flips"][name] = flips[gi][ri]
+            out["permille"][name] = 1000.0 * flips[gi][ri] / g.n
+            out["kept"][name] = (g.n - g.k) / g.n
+            if moments[gi] is not None:
+                out["norm"][name], out["var"][name], out["var_signed"][name] = (m[ri] for m in moments[gi])
+        total = sum(g.n * len(g.names) for g in self._groups)
+        scalars = torch.stack(
+            [
+                torch.stack([f.sum() for f in self._tracker.last_flips]).sum(),
+                torch.stack(self._tracker.dist_first).sum(),
+                torch.stack(self._tracker.dist_window).sum(),
+            ]
+        ).tolist()
+        return StepStats(
+            iteration=self.iteration,
+            stage=self.stage,
+            flips=out["flips"],
+            flips_permille=out["permille"],
+            grad_norm=out["norm"],
+            grad_var=out["var"],
+            grad_var_signed=out["var_signed"],
+            kept=out["kept"],
+            flips_permille_total=1000.0 * scalars[0] / total,
+            distance_first_permille=1000.0 * scalars[1] / total,
+            distance_window_permille=1000.0 * scalars[2] / total,
+        )

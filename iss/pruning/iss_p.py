@@ -1,0 +1,51 @@
+"""ISS-P: iterative soft shrinkage by percentage (the paper's method)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from ..registry import PRUNERS
+from .base import Pruner
+
+PAPER_PRUNE_ITERS = 100_000  # K_p of the paper (Sec. 4, implementation details)
+
+
+@PRUNERS.register("iss-p")
+class ISSP(Pruner):
+    """Iterative soft shrinkage by percentage, paper Sec. 3.4, Eq. (ISS-P forward) and Algorithm 1.
+
+    For the first ``prune_iters`` (K_p) iterations, after every optimizer step, the ``ceil(ratio * n)``
+    smallest-|w| weights of each layer are re-selected and multiplied by ``alpha`` in place
+    (``m = alpha`` on unimportant weights, 1 elsewhere). At iteration K_p the last selection becomes the hard
+    0/1 mask ``M^[K_p]`` of the fine-tuning stage (Eq. ISS-P fine-tuning), re-applied after every step.
+    ``alpha = 0.95`` as in the paper and the official README.
+    """
+
+    method = "iss-p"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ratio: float,
+        *,
+        alpha: float = 0.95,
+        prune_iters: int = PAPER_PRUNE_ITERS,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        nm: str | None = None,
+        window: int = 100,
+    ) -> None:
+        if not 0.0 <= alpha < 1.0:
+            raise ValueError(
+                f"alpha must lie in [0, 1) (the shrink factor of unimportant weights), got {alpha}"
+            )
+        self.alpha = float(alpha)
+        super().__init__(
+            model, ratio, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm, window=window
+        )
+
+    def _prune_step(self) -> None:
+        self._reselect()
+        self._shrink(self.alpha)

@@ -1,0 +1,349 @@
+"""Behaviour of the pruning methods on tiny models: selection, shrinking, freezing, telemetry, resume."""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import iss.pruning as pruning
+from iss.pruning.base import n_unimportant, select_nm, select_smallest
+
+RATIO = 0.75
+
+
+def tiny_model(seed: int = 0) -> nn.Sequential:
+    """Two convs and a linear: three layers of different sizes (216, 576 and 640 weights)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(128, 5),
+    )  # fmt: skip
+
+
+def twin_model(seed: int = 0) -> nn.Sequential:
+    """Four layers, two of them of equal size, so they share one stacked group."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16), nn.Linear(16, 4)
+    )
+
+
+def batch(model: nn.Module, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    if isinstance(model[0], nn.Conv2d):
+        return torch.randn(2, 3, 6, 6, generator=g), torch.randn(2, 5, generator=g)
+    return torch.randn(4, 6, generator=g), torch.randn(4, 4, generator=g)
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, pruner: pruning.Pruner, seed: int) -> None:
+    """One step of the contract: backward, before_step, optimizer step, pruner step."""
+    x, y = batch(model, seed)
+    opt.zero_grad()
+    nn.functional.l1_loss(model(x), y).backward()
+    pruner.before_step()
+    opt.step()
+    pruner.step()
+
+
+def weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("weight")}
+
+
+def expected_unimportant(w: torch.Tensor, ratio: float) -> torch.Tensor:
+    """Reference selection: the ceil(r n) smallest |w| (stable order on ties)."""
+    a = w.abs().flatten()
+    k = n_unimportant(ratio, a.numel())
+    out = torch.zeros(a.numel(), dtype=torch.bool)
+    out[a.argsort(stable=True)[:k]] = True
+    return out.view_as(w)
+
+
+# ----- registry and validation -----
+def test_unknown_method_lists_methods():
+    with pytest.raises(KeyError, match="iss-p"):
+        pruning.build("iss-q", tiny_model(), 0.5)
+
+
+@pytest.mark.parametrize("ratio", [1.0, -0.1, 1.5, "0.5", True])
+def test_invalid_ratio(ratio):
+    with pytest.raises(ValueError, match="ratio"):
+        pruning.build("iss-p", tiny_model(), ratio)
+
+
+def test_unknown_option_and_bad_values():
+    with pytest.raises(ValueError, match="accepted"):
+        pruning.build("iss-p", tiny_model(), 0.5, alfa=0.9)
+    with pytest.raises(ValueError, match="alpha"):
+        pruning.build("iss-p", tiny_model(), 0.5, alpha=1.0)
+    with pytest.raises(ValueError, match="prune_iters"):
+        pruning.build("iht", tiny_model(), 0.5, prune_iters=-1)
+    with pytest.raises(ValueError, match="no Conv2d/Linear"):
+        pruning.build("l1", tiny_model(), 0.5, include=["*nothing*"])
+
+
+def test_n_unimportant_is_ceil_without_float_noise():
+    assert n_unimportant(0.9, 10) == 9
+    assert n_unimportant(0.95, 7200) == 6840
+    assert n_unimportant(0.5, 7) == 4
+    assert n_unimportant(0.99, 10) == 9  # never the whole layer
+
+
+# ----- selection -----
+@pytest.mark.parametrize("seed", range(5))
+def test_select_smallest_all_paths_agree_with_reference(seed):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(0, 40, (5, 300), generator=g).float()  # many ties
+    k = 217
+    ref = torch.zeros_like(a, dtype=torch.bool)
+    ref.scatter_(1, a.argsort(dim=1, stable=True)[:, :k], True)
+    below, tau = select_smallest(a, k)
+    assert torch.equal(below, ref)
+    for hint in (tau, tau - 3, tau + 2, torch.full_like(tau, -1.0), torch.full_like(tau, 1e9)):
+        assert torch.equal(select_smallest(a, k, hint)[0], ref)
+    b = torch.rand(5, 300, generator=g)
+    _, tau_b = select_smallest(b, k)
+    ref_b = torch.zeros_like(b, dtype=torch.bool).scatter_(1, b.argsort(dim=1)[:, :k], True)
+    assert torch.equal(select_smallest(b + 1e-4 * torch.randn(5, 300, generator=g), k, tau_b)[0].sum(1),
+                       ref_b.sum(1))  # fmt: skip
+
+
+def test_select_nm():
+    a = torch.tensor([[4.0, 1.0, 3.0, 2.0, 0.5, 0.5, 9.0, 0.1]])
+    assert select_nm(a, 2, 4).tolist() == [[False, True, False, True, True, False, False, True]]
+    below = select_nm(a, 3, 4)
+    assert below.view(-1, 4).sum(1).tolist() == [3, 3]
+    assert below.tolist() == [[False, True, True, True, True, True, False, True]]
+
+
+# ----- ISS-P and IHT -----
+def test_iss_p_shrinks_exactly_the_unimportant_weights_by_alpha():
+    model = tiny_model()
+    pruner = pruning.build("iss-p", model, RATIO, alpha=0.9, prune_iters=5)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    before_build = weights(model)
+    assert all(
+        torch.equal(before_build[n], w) for n, w in weights(model).items()
+    )  # build leaves weights alone
+    x, y = batch(model, 0)
+    nn.functional.l1_loss(model(x), y).backward()
+    pruner.before_step()
+    opt.step()
+    after_opt = weights(model)
+    pruner.step()
+    after = weights(model)
+    alpha = torch.tensor(0.9)
+    for name, w in after_opt.items():
+        unimportant = expected_unimportant(w, RATIO)
+        assert torch.equal(after[name], torch.where(unimportant, w * alpha, w)), name
+        assert torch.equal(pruner.masks[name], ~unimportant)
+        assert pruner.masks[name].sum() == w.numel() - math.ceil(RATIO * w.numel())
+
+
+@pytest.mark.parametrize("method", ["iss-p", "iht"])
+def test_masks_freeze_at_prune_iters_and_stay_zero(method):
+    model = tiny_model()
+    pruner = pruning.build(method, model, RATIO, prune_iters=4)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    for i in range(4):
+        assert pruner.stage == "prune" and pruner.iteration == i
+        train_step(model, opt, pruner, i)
+        for name, mask in pruner.masks.items():
+            assert int(mask.sum()) == mask.numel() - math.ceil(RATIO * mask.numel()), name
+    assert pruner.stage == "finetune" and pruner.iteration == 4
+    frozen = {n: m.clone() for n, m in pruner.masks.items()}
+    params = dict(model.named_parameters())
+    for name, mask in frozen.items():
+        assert torch.all(params[name][~mask] == 0)
+    for i in range(4, 9):
+        train_step(model, opt, pruner, i)
+        assert pruner.stage == "finetune"
+        for name, mask in frozen.items():
+            assert torch.equal(pruner.masks[name], mask)
+            assert torch.all(params[name][~mask] == 0)
+            assert torch.all(params[name][mask] != 0)
+        assert pruner.stats.flips_permille_total == 0.0
+
+
+def test_iht_zeroes_unimportant_during_pruning():
+    model = tiny_model()
+    pruner = pruning.build("iht", model, RATIO, prune_iters=10)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    train_step(model, opt, pruner, 0)
+    for name, p in model.named_parameters():
+        if name in pruner.masks:
+            assert int((p == 0).sum()) == math.ceil(RATIO * p.numel())
+            assert torch.all(p[~pruner.masks[name]] == 0)
+
+
+def test_prune_iters_zero_freezes_at_build():
+    model = tiny_model()
+    pruner = pruning.build("iss-p", model, RATIO, prune_iters=0)
+    assert pruner.stage == "finetune"
+    for name, p in model.named_parameters():
+        if name in pruner.masks:
+            assert torch.all(p[~pruner.masks[name]] == 0)
+
+
+def test_parameter_identity_biases_untouched():
+    model = tiny_model()
+    ids = [id(p) for p in model.parameters()]
+    biases = {n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("bias")}
+    pruner = pruning.build("iht", model, RATIO, prune_iters=1)
+    train_step(model, torch.optim.SGD(model.parameters(), 0.0), pruner, 0)
+    assert [id(p) for p in model.parameters()] == ids
+    assert all(torch.equal(biases[n], p) for n, p in model.named_parameters() if n.endswith("bias"))
+    assert set(pruner.masks) == {"0.weight", "2.weight", "6.weight"}
+
+
+def test_include_exclude_globs():
+    assert set(pruning.build("l1", tiny_model(), 0.5, exclude=["6*"]).masks) == {"0.weight", "2.weight"}
+    assert set(pruning.build("l1", tiny_model(), 0.5, include=["2"]).masks) == {"2.weight"}
+    assert set(pruning.build("l1", tiny_model(), 0.5, include=["*.weight"], exclude=["0.*"]).masks) == {
+        "2.weight", "6.weight",
+    }  # fmt: skip
+
+
+# ----- L1 -----
+def test_l1_masks_init_magnitudes_from_iteration_zero():
+    model = tiny_model()
+    init = weights(model)
+    pruner = pruning.build("l1", model, RATIO)
+    assert pruner.stage == "finetune" and pruner.prune_iters == 0
+    params = dict(model.named_parameters())
+    for name, w in init.items():
+        unimportant = expected_unimportant(w, RATIO)
+        assert torch.equal(pruner.masks[name], ~unimportant)
+        assert torch.equal(params[name].detach(), torch.where(unimportant, 0.0, w))
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    for i in range(3):
+        train_step(model, opt, pruner, i)
+    for name in init:
+        assert torch.all(params[name][~pruner.masks[name]] == 0)
+
+
+# ----- N:M -----
+def test_nm_mode_prunes_n_of_every_m():
+    model = twin_model()
+    pruner = pruning.build("iss-p", model, 0.75, nm="3:4", prune_iters=2)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    for i in range(2):
+        train_step(model, opt, pruner, i)
+        for mask in pruner.masks.values():
+            assert mask.flatten().view(-1, 4).sum(1).eq(1).all()
+    with pytest.raises(ValueError, match="agree"):
+        pruning.build("iss-p", twin_model(), 0.5, nm="3:4")
+    with pytest.raises(ValueError, match="multiple of M"):
+        pruning.build("iss-p", twin_model(), 0.8, nm="4:5")
+    with pytest.raises(ValueError, match="N:M"):
+        pruning.build("iss-p", twin_model(), 0.8, nm="4-5")
+
+
+# ----- telemetry -----
+def test_flip_counting_and_distances_on_a_hand_made_case():
+    layer = nn.Linear(4, 2, bias=False)  # 8 weights, ratio 0.5 -> 4 unimportant
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]))
+    model = nn.Sequential(layer)
+    pruner = pruning.build("iss-p", model, 0.5, alpha=0.5, prune_iters=100, window=2)
+    seen = []
+    pruner.add_callback(seen.append)
+    assert pruner.masks["0.weight"].flatten().tolist() == [False] * 4 + [True] * 4
+
+    def set_and_step(values):
+        with torch.no_grad():
+            layer.weight.copy_(torch.tensor(values).view(2, 4))
+        pruner.step()
+        return seen[-1]
+
+    s = set_and_step([10.0, 2, 3, 4, 5, 6, 7, 8])  # 10 becomes important, 5 unimportant: 2 flips
+    assert s.flips == {"0.weight": 2} and s.flips_permille == {"0.weight": 250.0}
+    assert s.flips_permille_total == 250.0 and s.distance_first_permille == 250.0
+    assert s.distance_window_permille == 250.0 and s.kept == {"0.weight": 0.5}
+    s = set_and_step([1.0, 2, 3, 4, 5, 6, 7, 8])  # back to the first selection
+    assert s.flips["0.weight"] == 2 and s.distance_first_permille == 0.0
+    assert s.distance_window_permille == 0.0  # mask two iterations earlier = first selection
+    s = set_and_step([1.0, 20, 30, 4, 5, 6, 7, 8])  # 2 and 3 important, 6 and 7 not: 4 flips
+    assert s.flips["0.weight"] == 4 and s.distance_first_permille == 500.0
+    assert s.distance_window_permille == 500.0  # vs the mask after iteration 1: kept {0,5,6,7} vs {1,2,6,7}
+    s = set_and_step([1.0, 20, 30, 4, 5, 6, 7, 8])
+    assert s.flips["0.weight"] == 0 and s.distance_window_permille == 500.0  # vs iteration 2 (= first)
+    s = set_and_step([10.0, 2, 3, 4, 5, 6, 7, 8])  # the mask of iteration 1 again
+    assert s.flips["0.weight"] == 4 and s.distance_first_permille == 250.0
+    assert s.distance_window_permille == 500.0  # vs iteration 3
+    assert s.iteration == 5 and s.stage == "prune"
+    assert s.grad_norm == {}  # before_step was not called
+
+
+def test_gradient_statistics():
+    model = tiny_model()
+    pruner = pruning.build("iss-p", model, RATIO, prune_iters=3)
+    x, y = batch(model, 0)
+    nn.functional.l1_loss(model(x), y).backward()
+    pruner.before_step()
+    pruner.step()
+    stats = pruner.stats
+    for name, p in model.named_parameters():
+        if name in pruner.masks:
+            g = p.grad.double()
+            assert stats.grad_norm[name] == pytest.approx(float(g.norm()), rel=1e-5)
+            assert stats.grad_var[name] == pytest.approx(float(g.abs().var(unbiased=False)), rel=1e-3)
+            assert stats.grad_var_signed[name] == pytest.approx(float(g.var(unbiased=False)), rel=1e-3)
+    assert list(stats.flips) == ["0.weight", "2.weight", "6.weight"]
+
+
+# ----- resume -----
+def run(method: str, steps: range, model, opt, pruner) -> None:
+    for i in steps:
+        train_step(model, opt, pruner, i)
+
+
+def roundtrip(state: dict) -> dict:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+@pytest.mark.parametrize(("method", "options"), [("iss-p", {"prune_iters": 6}), ("iht", {"prune_iters": 6})])
+def test_state_dict_resume_is_bit_exact(method, options):
+    model_a = twin_model()
+    pruner_a = pruning.build(method, model_a, RATIO, window=3, **options)
+    opt_a = torch.optim.Adam(model_a.parameters(), 1e-2)
+    stats_a = []
+    pruner_a.add_callback(stats_a.append)
+    run(method, range(4), model_a, opt_a, pruner_a)
+    saved = roundtrip(
+        {"model": model_a.state_dict(), "opt": opt_a.state_dict(), "pruner": pruner_a.state_dict()}
+    )
+    run(method, range(4, 10), model_a, opt_a, pruner_a)
+
+    model_b = twin_model(seed=1)
+    model_b.load_state_dict(saved["model"])
+    pruner_b = pruning.build(method, model_b, RATIO, window=3, **options)
+    opt_b = torch.optim.Adam(model_b.parameters(), 1e-2)
+    opt_b.load_state_dict(saved["opt"])
+    pruner_b.load_state_dict(saved["pruner"])
+    stats_b = []
+    pruner_b.add_callback(stats_b.append)
+    run(method, range(4, 10), model_b, opt_b, pruner_b)
+    for (name, a), b in zip(model_a.state_dict().items(), model_b.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert all(torch.equal(pruner_a.masks[n], pruner_b.masks[n]) for n in pruner_a.masks)
+    assert (pruner_a.iteration, pruner_a.stage) == (pruner_b.iteration, pruner_b.stage)
+    assert stats_a[4:] == stats_b
+
+
+def test_load_state_dict_rejects_other_method():
+    state = pruning.build("iss-p", tiny_model(), RATIO, prune_iters=3).state_dict()
+    with pytest.raises(ValueError, match="iss-p"):
+        pruning.build("iht", tiny_model(), RATIO, prune_iters=3).load_state_dict(state)
+
+
+def test_list_methods():
+    assert {"iss-p", "iht", "l1"} <= set(pruning.list_methods())
+    assert copy.copy(pruning.options("iss-p"))["alpha"] == 0.95
