@@ -626,7 +626,7 @@ def stage_push(manifest: Path, repo_id: str, revision: str, folder: Path) -> lis
     for item in raw["entries"]:
         item["hub"] = {"repo_id": repo_id, "revision": revision, "filename": item["file"]}
     (folder / "zoo.json").write_text(json.dumps(raw, indent=2) + "\n")
-    return sorted(folder.iterdir())
+    return sorted(folder / name for name in ["README.md", "zoo.json", *(e.file for e in entries)])
 
 
 def push_zoo(

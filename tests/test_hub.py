@@ -499,18 +499,17 @@ def test_model_card_content(tmp_path: Path) -> None:
 def test_zoo_push_dry_run_writes_card_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest = make_zoo(tmp_path / "ckpt", {"a": b"weights-a", "b": b"weights-b"})
     out = tmp_path / "preview"
+    out.mkdir()
+    (out / "stale.txt").write_text("left from an earlier run")  # not part of the upload, not listed
     rc = cli.main(["zoo", "push", "--repo", REPO, "--manifest", str(manifest), "--dry-run", str(out)])
     assert rc == 0
-    assert sorted(p.name for p in out.iterdir()) == [
-        "README.md",
-        "a.safetensors",
-        "b.safetensors",
-        "zoo.json",
-    ]
+    names = ["README.md", "a.safetensors", "b.safetensors", "stale.txt", "zoo.json"]
+    assert sorted(p.name for p in out.iterdir()) == names
     assert (out / "a.safetensors").read_bytes() == b"weights-a"
     published = json.loads((out / "zoo.json").read_text())["entries"]
     assert published[0]["hub"] == {"repo_id": REPO, "revision": "main", "filename": "a.safetensors"}
-    assert "would upload 4 files to iss-sr/zoo@main" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "would upload 4 files to iss-sr/zoo@main" in printed and "stale" not in printed
     assert json.loads(manifest.read_text())["entries"][0]["hub"]["revision"] == "main"  # dry run pins nothing
 
 
