@@ -25,6 +25,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -131,9 +132,16 @@ def extract_images(
     ``ValueError`` before anything is written. The images are extracted (through tarfile's ``data`` filter
     where available) into a staging folder next to ``dest`` and moved into place only when all succeeded.
     """
-    dest = Path(dest)
+    try:
+        return _extract_images(Path(tarball), Path(dest), expected)
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise ValueError(f"{tarball}: not a readable (or a truncated) tar archive: {e}") from e
+
+
+def _extract_images(tarball: Path, dest: Path, expected: int | None) -> int:
+    """:func:`extract_images` without the translation of archive errors."""
     with tarfile.open(tarball, "r:*") as tar:
-        images = _image_members(tar, Path(tarball).name)
+        images = _image_members(tar, tarball.name)
         if expected is not None and len(images) != expected:
             raise ValueError(f"{tarball}: expected {expected} images, found {len(images)}; refusing it")
         dest.parent.mkdir(parents=True, exist_ok=True)

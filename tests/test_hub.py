@@ -376,6 +376,17 @@ def test_wrong_image_count_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "HR").exists()
 
 
+def test_unreadable_or_truncated_tarball_is_a_value_error(tmp_path: Path) -> None:
+    tarball = tmp_path / "t.tar.gz"
+    tarball.write_bytes(b"this is not a tarball")
+    with pytest.raises(ValueError, match=r"not a readable \(or a truncated\) tar archive"):
+        hub.extract_images(tarball, tmp_path / "HR")
+    tarball.write_bytes(set5_tarball()[:300])
+    with pytest.raises(ValueError, match=r"not a readable"):
+        hub.extract_images(tarball, tmp_path / "HR")
+    assert not (tmp_path / "HR").exists()
+
+
 def test_clashing_names_cannot_be_flattened(tmp_path: Path) -> None:
     tarball = tmp_path / "t.tar.gz"
     tarball.write_bytes(make_tarball([("x/a.png", png_bytes(0)), ("y/a.png", png_bytes(1))]))
