@@ -1,0 +1,180 @@
+"""Plotly figures for the app (pure functions): ISS-P vs IHT dynamics (paper Figs. 3, 4), checkpoint sparsity.
+
+Figures are resent whole on every streamed update, so long series are bin-averaged down to ``max_points``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from iss.ui.recording import RunTrace
+
+RUN_COLORS = {"iss-p": "#d62728", "iht": "#1f77b4"}
+RUN_LABELS = {"iss-p": "ISS-P", "iht": "IHT"}
+DASHES = ("solid", "dot", "dash", "longdash", "dashdot", "longdashdot")
+MAX_POINTS = 600
+
+
+def downsample(x: Sequence[float], y: Sequence[float], max_points: int = MAX_POINTS) -> tuple[list, list]:
+    """Bin-average ``(x, y)`` to at most ``max_points`` points (NaNs ignored), so spikes keep their mass."""
+    xs, ys = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(xs) <= max_points:
+        return xs.tolist(), ys.tolist()
+    edges = np.linspace(0, len(xs), max_points + 1).astype(int)
+    bx = [float(xs[a:b].mean()) for a, b in itertools.pairwise(edges)]
+    by = [_nanmean(ys[a:b]) for a, b in itertools.pairwise(edges)]
+    return bx, by
+
+
+def _nanmean(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else math.nan
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    """Shared look; a constant ``uirevision`` keeps the user's zoom across streamed updates."""
+    fig.update_layout(
+        title=dict(text=title, x=0.01, font=dict(size=14)),
+        height=height,
+        margin=dict(l=60, r=20, t=60, b=40),
+        legend=dict(orientation="h", y=-0.12, font=dict(size=10)),
+        uirevision="iss",
+        template="plotly_white",
+    )
+    return fig
+
+
+def _short(layer: str) -> str:
+    """A layer name short enough for a legend: drop the trailing ``.weight``."""
+    return layer.removesuffix(".weight")
+
+
+def _finetune_marks(fig: go.Figure, traces: dict[str, RunTrace], rows: int, cols: int = 1) -> None:
+    """A dotted vertical line where a run left the pruning stage (its mask is frozen afterwards)."""
+    starts = {t.finetune_from for t in traces.values() if t.finetune_from is not None}
+    for start in starts:
+        for r in range(1, rows + 1):
+            for c in range(1, cols + 1):
+                fig.add_vline(x=start, line=dict(color="gray", dash="dot", width=1), row=r, col=c)
+
+
+def mask_dynamics_figure(
+    traces: dict[str, RunTrace], layers: Sequence[str], max_points: int = MAX_POINTS
+) -> go.Figure:
+    """Paper Fig. 3: per-iteration mask flips (per mille) for ``layers``, and the Hamming distance of the
+    whole mask to its first selection and to its state N iterations earlier."""
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=(
+            "mask flips per iteration (‰ of layer weights)",
+            "Hamming distance of the whole mask (‰)",
+        ),
+    )
+    for run, trace in traces.items():
+        color, label = RUN_COLORS.get(run, "black"), RUN_LABELS.get(run, run)
+        for i, layer in enumerate(layer for layer in layers if layer in trace.flips):
+            x, y = downsample(trace.iterations, trace.flips[layer], max_points)
+            dash = DASHES[i % len(DASHES)]
+            name = f"{label} {_short(layer)}"
+            fig.add_trace(go.Scatter(x=x, y=y, name=name, line=dict(color=color, dash=dash, width=1.3)), 1, 1)
+        for series, dash, what in (
+            ("distance_first", "solid", "to first selection"),
+            ("distance_window", "dot", "to N its earlier"),
+        ):
+            x, y = downsample(trace.iterations, getattr(trace, series), max_points)
+            fig.add_trace(
+                go.Scatter(x=x, y=y, name=f"{label} {what}", line=dict(color=color, dash=dash, width=2)), 2, 1
+            )
+    fig.update_xaxes(title_text="iteration", row=2, col=1)
+    _finetune_marks(fig, traces, rows=2)
+    return _layout(fig, "Mask dynamics: ISS-P vs IHT (paper Fig. 3)", 520)
+
+
+def gradient_figure(
+    traces: dict[str, RunTrace], layers: Sequence[str], max_points: int = MAX_POINTS
+) -> go.Figure:
+    """Paper Fig. 4: gradient L2 norm and variance per layer over iterations (log scale)."""
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=("gradient L2 norm", "gradient variance"),
+    )
+    for run, trace in traces.items():
+        color, label = RUN_COLORS.get(run, "black"), RUN_LABELS.get(run, run)
+        for i, layer in enumerate(layer for layer in layers if layer in trace.grad_norm):
+            dash = DASHES[i % len(DASHES)]
+            for row, series in ((1, trace.grad_norm), (2, trace.grad_var)):
+                x, y = downsample(trace.iterations, series[layer], max_points)
+                line = dict(color=color, dash=dash, width=1.3)
+                fig.add_trace(
+                    go.Scatter(x=x, y=y, name=f"{label} {_short(layer)}", line=line, showlegend=row == 1),
+                    row,
+                    1,
+                )
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(type="log", row=2, col=1)
+    fig.update_xaxes(title_text="iteration", row=2, col=1)
+    _finetune_marks(fig, traces, rows=2)
+    return _layout(fig, "Gradients per layer (paper Fig. 4)", 520)
+
+
+def training_figure(traces: dict[str, RunTrace], max_points: int = MAX_POINTS) -> go.Figure:
+    """Training L1 loss (bin-averaged) and the quick validation PSNR of both runs."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("training loss (L1)", "validation PSNR, Y (dB)"))
+    for run, trace in traces.items():
+        color, label = RUN_COLORS.get(run, "black"), RUN_LABELS.get(run, run)
+        x, y = downsample(trace.iterations, trace.loss, max_points)
+        fig.add_trace(go.Scatter(x=x, y=y, name=f"{label} loss", line=dict(color=color, width=1.5)), 1, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=trace.val_iterations,
+                y=trace.val_psnr,
+                name=f"{label} PSNR",
+                mode="lines+markers",
+                line=dict(color=color),
+            ),
+            1,
+            2,
+        )
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_xaxes(title_text="iteration", row=1, col=1)
+    fig.update_xaxes(title_text="iteration", row=1, col=2)
+    _finetune_marks(fig, traces, rows=1, cols=2)
+    return _layout(fig, "Training", 360)
+
+
+def kept_ratio_figure(layers: Sequence[str], kept: Sequence[float], title: str) -> go.Figure:
+    """Per-layer fraction of kept (non-zero) weights of a checkpoint, in network order."""
+    fig = go.Figure(go.Bar(x=[_short(n) for n in layers], y=list(kept), marker_color="#2ca02c"))
+    fig.update_yaxes(title_text="kept fraction", rangemode="tozero")
+    fig.update_xaxes(showticklabels=len(layers) <= 40, tickangle=-60, tickfont=dict(size=8))
+    return _layout(fig, title, 380)
+
+
+def magnitude_histogram_figure(groups: dict[str, np.ndarray], title: str, bins: int = 80) -> go.Figure:
+    """Histograms of log10 |w| of the kept (non-zero) weights, one trace per group (model, layer)."""
+    fig = go.Figure()
+    for name, values in groups.items():
+        nonzero = np.abs(values[values != 0]).astype(np.float64)
+        counts, edges = (
+            np.histogram(np.log10(nonzero), bins=bins) if nonzero.size else (np.zeros(0), np.zeros(1))
+        )
+        centers = (edges[:-1] + edges[1:]) / 2
+        fig.add_trace(
+            go.Bar(x=centers.tolist(), y=(counts / max(1, counts.sum())).tolist(), name=name, opacity=0.6)
+        )
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(title_text="log10 |weight| (kept weights)")
+    fig.update_yaxes(title_text="fraction")
+    return _layout(fig, title, 380)
