@@ -1,7 +1,7 @@
 """``python -m iss <command>``: one subcommand per module, each module owning its own arguments.
 
 A command module exposes ``add_arguments(parser)`` and ``run(args) -> int``. User mistakes raise
-``UsageError`` (or ``ValueError``/``FileNotFoundError``/``KeyError``), which become one line on stderr and exit 2.
+``UsageError`` (or ValueError, FileNotFoundError, KeyError): one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 import sys
 
 COMMANDS = {
-    "eval": ("iss.evaluate", "evaluate an upscaler (bicubic, an architecture, a checkpoint) on benchmark sets"),
+    "eval": ("iss.evaluate", "evaluate bicubic, an architecture or a checkpoint on benchmark sets"),
     "train": ("iss.train", "train a sparse SR network with a pruning method"),
     "zoo": ("iss.hub", "list, fetch or publish the checkpoint zoo"),
 }
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     modules = {}
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        if argv and argv[0] == name or not argv or argv[0] in ("-h", "--help"):
+        if not argv or argv[0] in (name, "-h", "--help"):
             modules[name] = importlib.import_module(module_name)
             modules[name].add_arguments(p)
     args = parser.parse_args(argv)

@@ -29,7 +29,8 @@ class Registry:
         try:
             return self._entries[name]
         except KeyError:
-            raise KeyError(f"unknown {self.kind} '{name}'; choose one of: {', '.join(self.names())}") from None
+            valid = ", ".join(self.names())
+            raise KeyError(f"unknown {self.kind} '{name}'; choose one of: {valid}") from None
 
     def names(self) -> list[str]:
         return list(self._entries)
