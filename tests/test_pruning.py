@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 import math
 
@@ -12,6 +11,7 @@ from torch import nn
 
 import iss.pruning as pruning
 from iss.pruning.base import n_unimportant, select_nm, select_smallest
+from iss.pruning.schedule import growth_schedule
 
 RATIO = 0.75
 
@@ -309,7 +309,18 @@ def roundtrip(state: dict) -> dict:
     return torch.load(buf, weights_only=True)
 
 
-@pytest.mark.parametrize(("method", "options"), [("iss-p", {"prune_iters": 6}), ("iht", {"prune_iters": 6})])
+RESUME_CASES = [
+    ("iss-p", {"prune_iters": 6}),
+    ("iht", {"prune_iters": 6}),
+    ("iss-r", {"prune_iters": 6, "eta_interval": 2}),
+    ("srp", {"prune_iters": 7, "eta_interval": 2, "stabilize_iters": 2}),
+    ("assl", {"prune_iters": 8, "eta_interval": 2, "ssa_iters": 3, "stabilize_iters": 2}),
+    ("l1", {}),
+    ("scratch", {"seed": 3}),
+]
+
+
+@pytest.mark.parametrize(("method", "options"), RESUME_CASES)
 def test_state_dict_resume_is_bit_exact(method, options):
     model_a = twin_model()
     pruner_a = pruning.build(method, model_a, RATIO, window=3, **options)
@@ -322,9 +333,9 @@ def test_state_dict_resume_is_bit_exact(method, options):
     )
     run(method, range(4, 10), model_a, opt_a, pruner_a)
 
-    model_b = twin_model(seed=1)
-    model_b.load_state_dict(saved["model"])
+    model_b = twin_model(seed=1)  # resume order: build model and pruner, then load the saved states
     pruner_b = pruning.build(method, model_b, RATIO, window=3, **options)
+    model_b.load_state_dict(saved["model"])
     opt_b = torch.optim.Adam(model_b.parameters(), 1e-2)
     opt_b.load_state_dict(saved["opt"])
     pruner_b.load_state_dict(saved["pruner"])
@@ -345,5 +356,202 @@ def test_load_state_dict_rejects_other_method():
 
 
 def test_list_methods():
-    assert {"iss-p", "iht", "l1"} <= set(pruning.list_methods())
-    assert copy.copy(pruning.options("iss-p"))["alpha"] == 0.95
+    assert pruning.list_methods() == ["scratch", "l1", "iht", "iss-r", "iss-p", "srp", "assl"]
+    assert pruning.options("iss-p")["alpha"] == 0.95
+
+
+@pytest.mark.parametrize("method", ["scratch", "l1", "iht", "iss-r", "iss-p", "srp", "assl"])
+def test_every_method_ends_exactly_sparse_and_stays_so(method):
+    model = tiny_model()
+    options = {} if method in ("l1", "scratch") else {"prune_iters": 6}
+    pruner = pruning.build(method, model, RATIO, **options)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    run(method, range(9), model, opt, pruner)
+    assert pruner.stage == "finetune"
+    params = dict(model.named_parameters())
+    for name, mask in pruner.masks.items():
+        assert int((~mask).sum()) == math.ceil(RATIO * mask.numel())
+        assert torch.all(params[name][~mask] == 0)
+
+
+# ----- schedules -----
+def test_official_and_scaled_growth_schedules():
+    official = growth_schedule()
+    assert (official.prune_iters, official.delta, official.eta_interval, official.eta_max) == (
+        100_000,
+        1e-4,
+        20,
+        0.5,
+    )
+    assert sum(official.grows_at(i) for i in range(200_000)) == 5000
+    srp = growth_schedule(official_stabilize=43_150)
+    assert srp.prune_iters == 143_150
+    assl = growth_schedule(official_stabilize=43_150, official_ssa=17_260)
+    assert (assl.ssa_iters, assl.prune_iters) == (17_260, 160_410)
+    scaled = growth_schedule(2000, official_stabilize=43_150)
+    assert (scaled.stabilize_iters, scaled.growth_iters, scaled.prune_iters) == (603, 1397, 2000)
+    updates = sum(scaled.grows_at(i) for i in range(2000))
+    assert updates == 70 and updates * scaled.delta == pytest.approx(0.5)
+    assert growth_schedule(2000, delta=1e-3).delta == 1e-3
+    with pytest.raises(ValueError, match="raise prune_iters"):
+        growth_schedule(10, stabilize_iters=10)
+
+
+# ----- ISS-R, SRP, ASSL -----
+def grads_after_backward(model: nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    x, y = batch(model, seed)
+    model.zero_grad()
+    nn.functional.l1_loss(model(x), y).backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_iss_r_eta_growth_cap_and_l2_gradient():
+    model = tiny_model()
+    pruner = pruning.build("iss-r", model, RATIO, prune_iters=10, delta=0.1, eta_interval=3, eta_max=0.25)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    params = dict(model.named_parameters())
+    previous = {n: torch.zeros_like(e) for n, e in pruner.eta.items()}
+    for i in range(10):
+        assert pruner.stage == "prune"
+        grads = grads_after_backward(model, i)
+        masks_before = {n: m.clone() for n, m in pruner.masks.items()}
+        pruner.before_step()
+        for name, eta in pruner.eta.items():
+            w = params[name].detach()
+            assert torch.equal(params[name].grad, torch.addcmul(grads[name], eta, w))
+            if i % 3 == 0:  # re-picked and grown on the current unimportant set
+                assert int((~pruner.masks[name]).sum()) == math.ceil(RATIO * w.numel())
+                grown = torch.clamp(previous[name] + 0.1, max=0.25)
+                assert torch.equal(eta, torch.where(pruner.masks[name], previous[name], grown))
+            else:
+                assert torch.equal(eta, previous[name])
+                assert torch.equal(pruner.masks[name], masks_before[name])
+            assert torch.all(eta >= previous[name]) and float(eta.max()) <= 0.25
+            previous[name] = eta.clone()
+        opt.step()
+        pruner.step()
+    assert pruner.stage == "finetune"
+    assert max(float(e.max()) for e in pruner.eta.values()) == pytest.approx(0.25)
+    for name, mask in pruner.masks.items():
+        assert torch.all(params[name][~mask] == 0)
+    grads = grads_after_backward(model, 99)
+    pruner.before_step()  # no regularisation after the freeze
+    assert all(torch.equal(params[n].grad, grads[n]) for n in pruner.masks)
+
+
+def test_official_iss_r_stage_length():
+    pruner = pruning.build("iss-r", tiny_model(), RATIO)
+    assert pruner.prune_iters == 100_000 and pruner.schedule.delta == 1e-4
+
+
+def test_srp_set_is_fixed_then_stabilised_then_pruned():
+    model = tiny_model()
+    init = weights(model)
+    pruner = pruning.build("srp", model, RATIO, prune_iters=9, eta_interval=2, stabilize_iters=4, delta=0.1)
+    assert pruner.schedule.growth_iters == 5
+    first = {n: m.clone() for n, m in pruner.masks.items()}
+    for name, w in init.items():
+        assert torch.equal(first[name], ~expected_unimportant(w, RATIO))
+    opt = torch.optim.Adam(model.parameters(), 0.05)
+    etas = []
+    for i in range(9):
+        train_step(model, opt, pruner, i)
+        etas.append({n: e.clone() for n, e in pruner.eta.items()})
+        if i < 8:
+            assert all(torch.equal(pruner.masks[n], first[n]) for n in first)
+    assert [float(e["0.weight"].max()) for e in etas] == pytest.approx([0.1, 0.1, 0.2, 0.2, 0.3] + [0.3] * 4)
+    assert all(torch.equal(e["0.weight"] > 0, ~first["0.weight"]) for e in etas)
+    assert pruner.stage == "finetune"
+    params = dict(model.named_parameters())
+    for name, mask in first.items():
+        assert torch.equal(pruner.masks[name], mask)
+        assert torch.all(params[name][~mask] == 0)
+
+
+def alignment_reference(pruner, model: nn.Module) -> dict[str, torch.Tensor]:
+    """Autograd gradient of lw_spr * mean over pairs of mean_i (s_a - s_b)^2 for the two 16x16 layers."""
+    names = ["2.weight", "4.weight"]
+    group = next(g for g in pruner._groups if g.names == names)
+    params = dict(model.named_parameters())
+    ws = [params[n].detach().clone().requires_grad_(True) for n in names]
+    tau = group.tau.detach()
+    soft = [
+        torch.sigmoid((w.abs().flatten() - t) / (pruner.temperature * t))
+        for w, t in zip(ws, tau, strict=True)
+    ]
+    loss = pruner.lw_spr * (soft[0] - soft[1]).pow(2).mean()
+    loss.backward()
+    return {n: w.grad for n, w in zip(names, ws, strict=True)}
+
+
+def test_assl_alignment_gradient_then_growing_l2():
+    model = twin_model()
+    pruner = pruning.build(
+        "assl",
+        model,
+        0.5,
+        prune_iters=8,
+        ssa_iters=3,
+        stabilize_iters=2,
+        eta_interval=2,
+        delta=0.1,
+        lw_spr=0.5,
+    )
+    assert [len(g) for g in pruner._aligned] == [0, 1, 0]  # only the two 16x16 layers align
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    params = dict(model.named_parameters())
+    for i in range(3):  # SSA phase
+        grads = grads_after_backward(model, i)
+        pruner.before_step()
+        reference = alignment_reference(pruner, model)
+        for name, ref in reference.items():
+            torch.testing.assert_close(params[name].grad - grads[name], ref, rtol=1e-4, atol=1e-9)
+        assert all(float(e.max()) == 0 for e in pruner.eta.values())  # all layers constrained: no reg yet
+        opt.step()
+        pruner.step()
+    assert pruner.alignment_loss() >= 0
+    grads = grads_after_backward(model, 3)
+    pruner.before_step()  # iteration 3: re-pick, eta starts growing on the new set
+    for name, eta in pruner.eta.items():
+        assert torch.equal(eta > 0, ~pruner.masks[name]) and float(eta.max()) == pytest.approx(0.1)
+        assert torch.equal(params[name].grad, torch.addcmul(grads[name], eta, params[name].detach()))
+    opt.step()
+    pruner.step()
+    run("assl", range(4, 8), model, opt, pruner)
+    assert pruner.stage == "finetune"
+
+
+def test_assl_unconstrained_layers_grow_during_ssa():
+    model = twin_model()
+    pruner = pruning.build("assl", model, 0.5, prune_iters=8, ssa_iters=3, stabilize_iters=2, eta_interval=2,
+                           delta=0.1, constrain=["2.*", "4.*"])  # fmt: skip
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    first = {n: m.clone() for n, m in pruner.masks.items()}
+    run("assl", range(3), model, opt, pruner)
+    eta = pruner.eta
+    assert float(eta["2.weight"].max()) == 0 and float(eta["4.weight"].max()) == 0
+    assert float(eta["0.weight"].max()) == pytest.approx(0.2)
+    assert torch.equal(pruner.masks["0.weight"], first["0.weight"])  # unconstrained: fixed until SSA ends
+
+
+# ----- Scratch -----
+def test_scratch_random_mask_and_fresh_init():
+    model = tiny_model()
+    init = weights(model)
+    state = torch.random.get_rng_state()
+    pruner = pruning.build("scratch", model, RATIO, seed=5)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG is left alone
+    assert pruner.stage == "finetune"
+    l1_masks = pruning.build("l1", tiny_model(), RATIO).masks
+    params = dict(model.named_parameters())
+    for name, mask in pruner.masks.items():
+        assert int((~mask).sum()) == math.ceil(RATIO * mask.numel())
+        assert not torch.equal(mask, l1_masks[name])
+        assert torch.all(params[name][~mask] == 0)
+        assert not torch.equal(params[name][mask], init[name][mask])  # re-initialised
+    model_again = tiny_model(seed=1)
+    again = pruning.build("scratch", model_again, RATIO, seed=5)
+    other = pruning.build("scratch", tiny_model(), RATIO, seed=6)
+    assert all(torch.equal(again.masks[n], m) for n, m in pruner.masks.items())
+    assert not all(torch.equal(other.masks[n], m) for n, m in pruner.masks.items())
+    assert all(torch.equal(a, b) for a, b in zip(model_again.parameters(), model.parameters(), strict=True))

@@ -12,16 +12,19 @@ from typing import Any
 from torch import nn
 
 from ..registry import PRUNERS
-from . import iht, iss_p, l1  # noqa: F401  (registration)
+from . import assl, iht, iss_p, iss_r, l1, scratch, srp  # noqa: F401  (registration)
 from .base import Pruner
 from .telemetry import StepStats
 
+_PAPER_ORDER = ("scratch", "l1", "iht", "iss-r", "iss-p", "srp", "assl")
 __all__ = ["Pruner", "StepStats", "build", "list_methods", "options"]
 
 
 def list_methods() -> list[str]:
     """Registered method names: ``scratch``, ``l1``, ``iht``, ``iss-r``, ``iss-p``, ``srp``, ``assl``."""
-    return PRUNERS.names()
+    return sorted(
+        PRUNERS.names(), key=lambda m: _PAPER_ORDER.index(m) if m in _PAPER_ORDER else len(_PAPER_ORDER)
+    )
 
 
 def options(method: str) -> dict[str, Any]:

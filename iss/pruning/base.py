@@ -296,7 +296,12 @@ class Pruner:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a ``state_dict()`` of a pruner built with the same method, ratio and layers."""
+        """Restore a ``state_dict()`` of a pruner built with the same method, ratio and layers.
+
+        Resume order: build the model, the pruner and the optimizer as for a fresh run, then load the model,
+        optimizer and pruner states (building a pruner may edit the weights: L1 masks them, Scratch
+        re-initialises them).
+        """
         same = (state["method"], state["ratio"], state["names"]) == (
             self.method,
             self.ratio,
