@@ -169,7 +169,9 @@ def to_tensor(img: np.ndarray) -> torch.Tensor:
     """uint8 HxWxC image -> float32 1xCxHxW tensor in [0, 1] (what the models take)."""
     if img.dtype != np.uint8 or img.ndim != 3:
         raise ValueError(f"to_tensor expects a uint8 HxWxC array, got {img.dtype} {img.shape}")
-    return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div_(255.0).unsqueeze(0)
+    # numpy, not torch ops: tiny torch kernels pay thread-pool overhead that dominates DataLoader workers.
+    chw = np.ascontiguousarray(img.transpose(2, 0, 1), dtype=np.float32) / np.float32(255.0)
+    return torch.from_numpy(chw).unsqueeze(0)
 
 
 def to_uint8(tensor: torch.Tensor) -> np.ndarray:
