@@ -295,6 +295,15 @@ def test_benchmark_unreadable_image_names_the_file(tmp_path: Path) -> None:
         ds[0]
 
 
+def test_benchmark_rejects_a_shipped_lr_of_the_wrong_size(tmp_path: Path) -> None:
+    (tmp_path / "Set5" / "HR").mkdir(parents=True)
+    (tmp_path / "Set5" / "LR_bicubic" / "X2").mkdir(parents=True)
+    Image.fromarray(_random_image(20, 20)).save(tmp_path / "Set5" / "HR" / "a.png")
+    Image.fromarray(_random_image(9, 10)).save(tmp_path / "Set5" / "LR_bicubic" / "X2" / "ax2.png")
+    with pytest.raises(ValueError, match="it is not its x2 LR"):
+        BenchmarkSet(tmp_path, "Set5", 2)[0]
+
+
 # ------------------------------------------------------------------------------------------------- training
 
 
