@@ -44,7 +44,7 @@ def _compare_outputs(comp: h.Comparison, left: str, right: str, box: tuple[int, 
         h.slider_pair(comp, left, right),
         h.overview(comp, box),
         h.zoom_grid(comp, box),
-        gr.update(value=comp.rows, headers=h.TABLE_HEADERS),
+        comp.rows,
         comp.files,
         message,
         gr.update(choices=choices, value=left),
@@ -53,12 +53,10 @@ def _compare_outputs(comp: h.Comparison, left: str, right: str, box: tuple[int, 
     )
 
 
-def _run_compare(
-    image: Any, arch: str, scale: int, ratio: float | None, methods: list[str], mode: str, sparse: bool
-):
-    """``/upscale``: run the comparison; a user mistake becomes a one-line error."""
+def _run_compare(image: Any, scale: int, methods: list[str], mode: str, sparse: bool) -> tuple:
+    """``/upscale``: run the comparison (backbone and ratio only filter the method list in the UI)."""
     try:
-        comp = gpu_compare(image, arch, int(scale), ratio, methods, mode, sparse=bool(sparse))
+        comp = gpu_compare(image, int(scale), methods, mode, sparse=bool(sparse))
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
     left, right = h.default_pair(comp)
@@ -159,7 +157,7 @@ def compare_tab(data_dir: str | None) -> None:
     ratio.input(_methods_for, [arch, scale, ratio], [methods], api_visibility="private")
     run.click(
         _run_compare,
-        [image, arch, scale, ratio, methods, mode, sparse],
+        [image, scale, methods, mode, sparse],
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
         concurrency_id="upscale",

@@ -194,9 +194,7 @@ def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.nda
 
 def compare(
     image: Any,
-    arch: str,
     scale: int,
-    ratio: float | None,
     methods: Sequence[str],
     mode: str = MODE_HR,
     *,
