@@ -7,14 +7,15 @@ On-disk format (``format_version`` 1), one safetensors file:
 
   - ``<name>::mask``: ``uint8``, the flattened (row-major) bool mask, True = kept, bit-packed 8 to a byte with
     the most significant bit first (``numpy.packbits`` order), zero-padded to a whole byte;
-  - ``<name>::values``: the kept entries of ``W.flatten()`` in mask order, ``float32`` or ``float16``
-    (``dtype`` option; loaded back as the parameter's own dtype).
+  - ``<name>::values``: the kept entries of ``W.flatten()`` in mask order.
 
   Pruned positions load as exact zeros, so a loaded model is exactly as sparse as the saved one.
 - Every other parameter and buffer is stored dense under its ``state_dict`` name, except buffers the
   architecture recomputes identically when it is built (e.g. SwinIR's relative position index and
   shifted-window attention mask): their names are listed in the metadata field ``derived`` and they are taken
   from the rebuilt model on load.
+- Floating-point tensors (kept values and dense ones) are stored as ``float32`` or ``float16`` (``dtype``
+  option, metadata ``values_dtype``) and loaded back in the model's own dtype.
 - String metadata: ``format_version``, ``arch``, ``arch_kwargs`` (JSON of the ``iss.archs.build`` overrides),
   ``scale``, ``method``, ``ratio``, ``alpha``, ``iterations``, ``data``, ``metrics`` (JSON), ``values_dtype``,
   ``derived`` (JSON list), any extra fields (JSON), and ``sha256``: the SHA-256 of the tensor payload, taken
@@ -71,7 +72,7 @@ def save(
         meta: at least ``arch`` and ``scale``; ``arch_kwargs`` must be the overrides the model was built with.
         masks: weight name -> bool mask (True = kept), e.g. ``pruner.masks``. None: every Conv2d/Linear weight
             with a zero is stored sparse, with ``weight != 0`` as its mask.
-        dtype: ``float32``/``float16`` (or ``"fp32"``/``"fp16"``) for the kept values of pruned weights.
+        dtype: ``float32``/``float16`` (or ``"fp32"``/``"fp16"``) for every floating-point tensor.
     """
     value_dtype = _value_dtype(dtype)
     metadata = _encode_meta(meta)
@@ -88,7 +89,7 @@ def save(
             tensors[name + MASK_SUFFIX] = mask
             tensors[name + VALUES_SUFFIX] = values.to(value_dtype)
         elif name not in derived:
-            tensors[name] = tensor.contiguous()
+            tensors[name] = (tensor.to(value_dtype) if tensor.is_floating_point() else tensor).contiguous()
     metadata.update(
         format_version=str(FORMAT_VERSION),
         values_dtype=str(value_dtype).removeprefix("torch."),

@@ -12,12 +12,11 @@ order, and a resumed run sees exactly the batches an uninterrupted one would. ``
 else that changes (model, Adam state, pruner state, RNG states, iteration), so on CPU a resumed run equals
 an uninterrupted one bit for bit.
 
-Long schedules at a short budget (ISS-R, SRP, ASSL): officially the L2 penalty grows by 1e-4 every 20
-iterations until it passes 0.5 (5,001 increments, 100,020 iterations), then SRP/ASSL stabilise for 43,150
-iterations, and ASSL first runs 17,260 SSA iterations. Here ``prune_iters`` (K_p) is the whole pruning stage
-and ``schedule_options`` splits it in the official proportions (ISS-R: all growth; SRP: 100,020 : 43,150;
-ASSL: 17,260 : 100,020 : 43,150). The growth keeps its 5,001 increments: interval = growth / 5,001 rounded
-(at least 1), increment cap / (increments - 1), so the last increment passes the cap (official: 1e-4).
+Long schedules at a short budget (ISS-R, SRP, ASSL): the trainer passes only ``prune_iters`` (K_p, the whole
+pruning stage); ``iss.pruning.schedule`` keeps the official phase proportions inside it (SRP growth :
+stabilise = 100,000 : 43,150; ASSL SSA : growth : stabilise = 17,260 : 100,000 : 43,150) with eta reaching its
+official cap 0.5 at the end of the growth. Methods without a pruning stage (``l1``, ``scratch``) get no
+``prune_iters`` and fine-tune from the first iteration.
 """
 
 from __future__ import annotations
@@ -42,13 +41,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# Official schedule constants (ist_pruner.py / greg_pruner.py / asslSR_pruner.py defaults and README flags).
-OFFICIAL_REG_ITERS = 100_020  # 5001 updates of 1e-4 every 20 iterations until the penalty passes 0.5
-OFFICIAL_REG_UPDATES = 5_001
-OFFICIAL_REG_CAP = 0.5
+# Official pruning-stage lengths (official_iss.md section 3/4): growth 100,020, SRP/ASSL stabilise, ASSL SSA.
+OFFICIAL_REG_ITERS = 100_020
 OFFICIAL_STABILIZE = 43_150
 OFFICIAL_SSA = 17_260
-SLOW_METHODS = ("iss-r", "srp", "assl")  # the methods with a growing-L2 schedule
 
 
 @dataclass
@@ -170,29 +166,17 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def schedule_options(method: str, prune_iters: int) -> dict[str, Any]:
-    """Pruner options that fit the official growing-L2 schedules into ``prune_iters`` (rule in module doc)."""
-    if method not in SLOW_METHODS or prune_iters <= 0:
-        return {}
-    if method == "iss-r":
-        growth = prune_iters
-    elif method == "srp":
-        growth = round(prune_iters * OFFICIAL_REG_ITERS / (OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE))
-    else:
-        growth = round(
-            prune_iters * OFFICIAL_REG_ITERS / (OFFICIAL_SSA + OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE)
-        )
-    interval = max(1, round(growth / OFFICIAL_REG_UPDATES))
-    options: dict[str, Any] = {
-        "reg_interval": interval,
-        "reg_delta": OFFICIAL_REG_CAP / max(1, growth // interval - 1),  # the last increment passes the cap
-        "reg_cap": OFFICIAL_REG_CAP,
-    }
-    if method in ("srp", "assl"):
-        options["stabilize_iters"] = round(growth * OFFICIAL_STABILIZE / OFFICIAL_REG_ITERS)
-    if method == "assl":
-        options["ssa_iters"] = round(growth * OFFICIAL_SSA / OFFICIAL_REG_ITERS)
-    return options
+def pruner_options(config: TrainConfig) -> dict[str, Any]:
+    """Options for ``iss.pruning.build``: ``prune_iters`` and ``alpha`` where the method takes them."""
+    from iss import pruning
+
+    accepted = pruning.options(config.method)
+    options = {"prune_iters": config.prune_iters} if "prune_iters" in accepted else {}
+    if config.alpha is not None:
+        if "alpha" not in accepted:
+            raise ValueError(f"method '{config.method}' has no alpha; drop --alpha")
+        options["alpha"] = config.alpha
+    return {**options, **config.pruner_options}
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -459,12 +443,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
 
     _seed_everything(config.seed)
     model = archs.build(config.arch, config.scale, **config.arch_kwargs)
-    options = {**schedule_options(config.method, config.prune_iters), **config.pruner_options}
-    if config.alpha is not None:
-        options["alpha"] = config.alpha
-    pruner = pruning.build(
-        config.method, model.to(device), config.ratio, prune_iters=config.prune_iters, **options
-    )
+    pruner = pruning.build(config.method, model.to(device), config.ratio, **pruner_options(config))
     last_stats: list[Any] = [None]
     pruner.add_callback(lambda stats: last_stats.__setitem__(0, stats))
 
@@ -595,10 +574,11 @@ def _save_checkpoint(
 
     meta = {
         "arch": config.arch, "arch_kwargs": config.arch_kwargs, "scale": config.scale,
-        "method": config.method, "ratio": config.ratio, "alpha": config.alpha, "iterations": iteration,
+        "method": config.method, "ratio": config.ratio, "alpha": getattr(pruner, "alpha", config.alpha),
+        "iterations": iteration,
         "data": _data_label(config.train_data),
         "metrics": {"val_psnr": val_psnr} if val_psnr is not None else {},
-        "budget": {"iterations": iteration, "prune_iters": config.prune_iters, "batch": config.batch,
+        "budget": {"iterations": iteration, "prune_iters": pruner.prune_iters, "batch": config.batch,
                    "patch": config.patch, "seed": config.seed},
     }  # fmt: skip
     masks = pruner.masks if pruner.stage == "finetune" else None

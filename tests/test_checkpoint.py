@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 
 import pytest
 import torch
+from safetensors.torch import save as st_save
 from torch import nn
 
 from iss import checkpoint
@@ -44,7 +46,14 @@ def tiny(monkeypatch: pytest.MonkeyPatch) -> nn.Module:
     return model
 
 
-META = {"arch": "tiny", "scale": 2, "arch_kwargs": {"width": 8}, "method": "iht", "ratio": 0.75, "alpha": None}
+META = {
+    "arch": "tiny",
+    "scale": 2,
+    "arch_kwargs": {"width": 8},
+    "method": "iht",
+    "ratio": 0.75,
+    "alpha": None,
+}
 
 
 def _masks(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -91,7 +100,7 @@ def test_mask_that_drops_nonzero_weights_is_refused(tiny: nn.Module, tmp_path) -
     masks["head.weight"] = torch.zeros_like(masks["head.weight"])
     with pytest.raises(ValueError, match="non-zero values where its mask is False"):
         checkpoint.save(tiny, tmp_path / "m.safetensors", META, masks)
-    with pytest.raises(KeyError, match="nope.weight"):
+    with pytest.raises(KeyError, match=r"nope\.weight"):
         checkpoint.save(tiny, tmp_path / "m.safetensors", META, {"nope.weight": masks["mix.weight"]})
 
 
@@ -131,3 +140,44 @@ def test_pack_unpack_odd_length() -> None:
     packed = checkpoint.pack_mask(mask)
     assert packed.numel() == (105 + 7) // 8
     assert torch.equal(checkpoint.unpack_mask(packed, mask.shape), mask)
+
+
+def _swinir_light_x4_pruned(ratio: float) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """A real SwinIR-light x4 with the ``ceil(ratio * n)`` smallest |w| of every Conv2d/Linear zeroed."""
+    archs = pytest.importorskip("iss.archs")
+    torch.manual_seed(0)
+    model = archs.build("swinir-light", 4)
+    masks = {}
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                w = module.weight
+                k = math.ceil(ratio * w.numel())
+                kept = torch.ones(w.numel(), dtype=torch.bool)
+                kept[w.abs().flatten().argsort(stable=True)[:k]] = False
+                masks[f"{name}.weight"] = kept.view_as(w)
+                w.mul_(masks[f"{name}.weight"])
+    return model, masks
+
+
+@pytest.mark.slow
+def test_swinir_light_at_095_is_a_tenth_of_dense(tmp_path) -> None:
+    model, masks = _swinir_light_x4_pruned(0.95)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    params = {name for name, _ in model.named_parameters()}
+    dense = len(st_save(state))  # the dense fp32 state dict (incl. SwinIR's attention-mask buffers)
+    dense_params = len(st_save({k: v for k, v in state.items() if k in params}))  # learnable tensors only
+    meta = {"arch": "swinir-light", "scale": 4, "method": "iht", "ratio": 0.95}
+    fp32 = checkpoint.save(model, tmp_path / "fp32.safetensors", meta, masks).stat().st_size
+    fp16 = checkpoint.save(model, tmp_path / "fp16.safetensors", meta, masks, dtype="fp16").stat().st_size
+    print(
+        f"dense state dict {dense} B, parameters only {dense_params} B; sparse fp32 {fp32} B "
+        f"({fp32 / dense:.3f} / {fp32 / dense_params:.3f}), fp16 {fp16} B ({fp16 / dense:.3f} / "
+        f"{fp16 / dense_params:.3f})"
+    )
+    assert fp32 <= dense / 10 and fp16 <= dense_params / 10
+    loaded, _ = checkpoint.load(tmp_path / "fp32.safetensors")
+    for name, mask in masks.items():  # exactly as sparse as saved, layer by layer
+        assert torch.equal(loaded.state_dict()[name] != 0, mask), name
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name

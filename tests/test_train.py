@@ -17,7 +17,7 @@ from PIL import Image
 from torch import nn
 
 from iss import train as train_mod
-from iss.train import NonFiniteLossError, TrainConfig, Trainer, schedule_options
+from iss.train import NonFiniteLossError, TrainConfig, Trainer
 
 TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
 
@@ -148,18 +148,6 @@ def test_presets() -> None:
     assert short.milestones == (100, 160, 180, 190)
     tiny = TrainConfig.from_preset("cpu-tiny")
     assert tiny.iters == 200 and tiny.prune_iters == 100 and tiny.milestones == (50, 80, 90, 95)
-
-
-def test_schedule_options_keep_official_ratios() -> None:
-    assert schedule_options("iss-p", 1000) == {}
-    official = schedule_options("iss-r", 100_020)
-    assert official["reg_interval"] == 20 and official["reg_delta"] == pytest.approx(1e-4, rel=1e-9)
-    srp = schedule_options("srp", 1000)
-    assert srp["stabilize_iters"] + srp["reg_interval"] * round(0.5 / srp["reg_delta"]) == pytest.approx(
-        1000, abs=2
-    )
-    assl = schedule_options("assl", 1000)
-    assert assl["ssa_iters"] == round(1000 * 17_260 / 160_430)
 
 
 def test_lr_constant_while_pruning_then_halves_from_finetune_start() -> None:
