@@ -296,6 +296,8 @@ def _sparsity(name: str | None, layer: str | None) -> tuple:
 def sparsity_tab() -> None:
     """Per-layer kept ratio and weight magnitudes of a checkpoint; the zoo beside the paper's tables."""
     names = [e.name for e in h.zoo()]
+    if not names:
+        gr.Markdown("No checkpoint zoo found (`checkpoints/zoo.json`): nothing to inspect yet.")
     with gr.Row():
         ckpt = gr.Dropdown(names, value=names[0] if names else None, label="Checkpoint")
         layer = gr.Dropdown([], label="Also show the histogram of layer", allow_custom_value=True)
@@ -308,6 +310,7 @@ def sparsity_tab() -> None:
     )
     gr.Dataframe(h.zoo_vs_paper(), headers=h.ZOO_VS_PAPER_HEADERS, interactive=False)
     show.click(_sparsity, [ckpt, layer], [kept, hist, layer], api_name="sparsity")
+    ckpt.input(_sparsity, [ckpt, layer], [kept, hist, layer], api_visibility="private")
 
 
 # ------------------------------------------------------------------------------------------------------ app

@@ -55,13 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     run = handlers.build_live_run(
         args.arch, args.scale, args.ratio, args.alpha, args.prune_iters, layers, seed=args.seed, lr=args.lr
     )
-    batches = handlers.training_batches(args.scale, args.patch, args.batch, args.data_dir, args.seed)
+    batches = handlers.training_batches(
+        args.scale, args.patch, args.batch, args.data_dir, args.seed, handlers.RECORDING_SETS
+    )
     pair = handlers.validation_pair(args.scale)
     states_at = sorted({int(s) for s in args.states.split(",") if s})
     config = {
         **{k: v for k, v in vars(args).items() if k not in ("out", "states", "layers", "threads")},
         "device": "cpu",
-        "data": [str(p) for p in handlers.training_folders(args.data_dir)],
+        "data": [p.name for p in handlers.training_folders(args.data_dir, handlers.RECORDING_SETS)],
         "command": "python benchmarks/record_analysis.py " + " ".join(argv or []),
         "states": [],
     }

@@ -37,13 +37,13 @@ def _nanmean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else math.nan
 
 
-def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+def _layout(fig: go.Figure, title: str, height: int, legend_y: float = -0.16) -> go.Figure:
     """Shared look; a constant ``uirevision`` keeps the user's zoom across streamed updates."""
     fig.update_layout(
         title=dict(text=title, x=0.01, font=dict(size=14)),
         height=height,
         margin=dict(l=60, r=20, t=60, b=40),
-        legend=dict(orientation="h", y=-0.12, font=dict(size=10)),
+        legend=dict(orientation="h", y=legend_y, yanchor="top", font=dict(size=10)),
         uirevision="iss",
         template="plotly_white",
     )
@@ -151,7 +151,7 @@ def training_figure(traces: dict[str, RunTrace], max_points: int = MAX_POINTS) -
     fig.update_xaxes(title_text="iteration", row=1, col=1)
     fig.update_xaxes(title_text="iteration", row=1, col=2)
     _finetune_marks(fig, traces, rows=1, cols=2)
-    return _layout(fig, "Training", 360)
+    return _layout(fig, "Training", 380, legend_y=-0.25)
 
 
 def kept_ratio_figure(layers: Sequence[str], kept: Sequence[float], title: str) -> go.Figure:

@@ -124,9 +124,10 @@ def load_model(
     path = iss.hub.resolve(entry)
     model, meta = iss.checkpoint.load(path, device=device)
     model.eval()
+    kept, total = kept_weights(model)  # before sparsify: converted layers no longer hold a dense weight
+    meta = {**meta, "size_bytes": Path(path).stat().st_size, "kept": kept, "total": total}
     if sparse:
         model = iss.sparse.sparsify(model)
-    meta = {**meta, "size_bytes": Path(path).stat().st_size}
     return model, meta
 
 
@@ -253,7 +254,7 @@ def _run_method(
     start = time.perf_counter()
     sr = iss.infer.upscale(model, lr, tile=tile, device=device)
     seconds = time.perf_counter() - start
-    kept, total = kept_weights(model)
+    kept, total = meta["kept"], meta["total"]
     size = f"{meta['size_bytes'] / 1e6:.2f} MB"
     kept_text = f"{kept / 1e3:.0f}k / {total / 1e3:.0f}k ({100 * kept / max(total, 1):.1f}%)"
     return sr, [name, "", "", kept_text, meta.get("ratio", ""), size, round(seconds, 3)]
@@ -326,7 +327,7 @@ def overview(comp: Comparison, box: tuple[int, int, int, int]) -> np.ndarray:
     base = comp.hr if comp.hr is not None else list(comp.results.values())[-1]
     img = base.copy()
     x0, y0, x1, y1 = box
-    t = max(1, min(img.shape[:2]) // 150)
+    t = max(2, min(img.shape[:2]) // 80)
     red = np.array([255, 0, 0], np.uint8)
     img[y0 : y0 + t, x0:x1] = red
     img[y1 - t : y1, x0:x1] = red
@@ -513,11 +514,20 @@ def _recorded_state(start: str) -> tuple[Path, dict[str, Any]]:
     raise KeyError(f"no recorded state '{start}'; choose one of: {', '.join(recorded_states())}")
 
 
+LIVE_SETS = ("T91",)  # small enough to load in a second or two when a live run starts
+RECORDING_SETS = ("T91", "BSD200")
+
+
 def training_batches(
-    scale: int, patch: int, batch: int, data_dir: str | None = None, seed: int = 0
+    scale: int,
+    patch: int,
+    batch: int,
+    data_dir: str | None = None,
+    seed: int = 0,
+    sets: Sequence[str] = LIVE_SETS,
 ) -> Iterator:
     """Endless (lr, hr) batches of random patches: the training sets when present, else the bundled photos."""
-    folders = training_folders(data_dir)
+    folders = training_folders(data_dir, sets)
     dataset = iss.data.TrainPatches(folders, int(scale), int(patch), length=int(batch) * 1000, seed=seed)
     epoch = 0
     while True:
@@ -528,15 +538,11 @@ def training_batches(
         epoch += 1
 
 
-def training_folders(data_dir: str | None) -> list[Path]:
-    """T91 and BSD200 under ``data_dir``/``$ISS_DATA_DIR`` when present, else ``assets/examples``."""
+def training_folders(data_dir: str | None, sets: Sequence[str] = LIVE_SETS) -> list[Path]:
+    """The training ``sets`` under ``data_dir``/``$ISS_DATA_DIR`` when present, else ``assets/examples``."""
     root = data_dir or os.environ.get("ISS_DATA_DIR")
     if root:
-        found = [
-            Path(root) / "train" / name
-            for name in ("T91", "BSD200")
-            if (Path(root) / "train" / name).is_dir()
-        ]
+        found = [Path(root) / "train" / name for name in sets if (Path(root) / "train" / name).is_dir()]
         if found:
             return found
     return [EXAMPLES_DIR]
