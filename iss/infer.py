@@ -92,6 +92,8 @@ def forward_tiled(model: nn.Module, x: torch.Tensor, *, tile: int, overlap: int 
 
 def _starts(length: int, size: int, overlap: int) -> list[int]:
     """Tile origins along one axis: every ``size - overlap`` pixels, the last one flush with the border."""
+    if size >= length:  # one tile spans the axis (the image is smaller than the tile there)
+        return [0]
     return [*range(0, length - size, size - overlap), length - size]
 
 
