@@ -16,7 +16,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import ARCHS
@@ -34,6 +33,7 @@ from .common import (
     shifted_window_mask,
     to_image,
     to_tokens,
+    window_attention,
 )
 
 __all__ = ["CAT", "cat_r"]
@@ -80,7 +80,7 @@ class RectWindowAttention(nn.Module):
         bias = self.position_bias()
         if mask is not None:
             bias = bias + mask.unsqueeze(1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+        out = window_attention(q, k, v, bias)
         out = out.view(b, h // wh, w // ww, heads, wh, ww, c // heads).permute(0, 1, 4, 2, 5, 3, 6)
         return out.reshape(b, h, w, c)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import ARCHS
@@ -29,6 +28,7 @@ from .common import (
     shifted_window_mask,
     to_image,
     to_tokens,
+    window_attention,
     window_partition,
     window_reverse,
 )
@@ -64,8 +64,7 @@ class WindowAttention(nn.Module):
             nw = mask.shape[0]
             q, k, v = (t.unflatten(0, (b_ // nw, nw)) for t in (q, k, v))
             bias = bias + mask.unsqueeze(1)
-        # softmax(q k^T / sqrt(d) + bias + mask) v, exactly the official formula, in one fused call
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+        out = window_attention(q, k, v, bias)
         return self.proj(out.reshape(b_, self.num_heads, n, -1).transpose(1, 2).reshape(b_, n, c))
 
 
