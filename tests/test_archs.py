@@ -10,7 +10,13 @@ import torch
 from torch import nn
 
 from iss import archs
-from iss.archs.common import pad_to_multiple, shifted_window_mask, window_partition, window_reverse
+from iss.archs.common import (
+    pad_to_multiple,
+    relative_position_index,
+    shifted_window_mask,
+    window_partition,
+    window_reverse,
+)
 
 # Constructor overrides giving a model small enough for a fast forward; every registered arch needs one.
 TINY = {
@@ -116,6 +122,14 @@ def test_pad_to_multiple_modes() -> None:
         1,
     ]  # too small to reflect
     assert pad_to_multiple(x, 3) is x
+
+
+def test_relative_position_index_addresses_offsets() -> None:
+    """Square windows: the index of (dy, dx) is (dy + 7) * 15 + (dx + 7), as in the official Swin code."""
+    index = relative_position_index((8, 8))
+    assert index.shape == (64, 64)
+    assert index[0, 63] == 0 and index[63, 0] == 224 and (index.diagonal() == 112).all()
+    assert index[9, 0] == (1 + 7) * 15 + (1 + 7)  # token 9 is (1, 1), token 0 is (0, 0)
 
 
 def test_window_partition_roundtrip() -> None:

@@ -134,7 +134,7 @@ class DropPath(nn.Module):
             return x
         keep = 1.0 - self.p
         mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
-        return x * mask.div_(keep)
+        return x * mask.div_(keep) if keep > 0 else x * mask
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
