@@ -37,7 +37,7 @@ def _error(e: Exception) -> gr.Error:
 def _compare_outputs(comp: h.Comparison, left: str, right: str, box: tuple[int, int, int, int]) -> tuple:
     """Component values for a finished comparison."""
     choices = h.pair_choices(comp)
-    message = comp.message or "Done."
+    message = comp.message
     if comp.hr is None:
         message += " LR mode: no reference, so no PSNR/SSIM."
     return (
@@ -53,10 +53,12 @@ def _compare_outputs(comp: h.Comparison, left: str, right: str, box: tuple[int, 
     )
 
 
-def _run_compare(image: Any, scale: int, methods: list[str], mode: str, sparse: bool) -> tuple:
+def _run_compare(
+    image: Any, scale: int, methods: list[str], mode: str, sparse: bool, zoo_path: str | None = None
+) -> tuple:
     """``/upscale``: run the comparison (backbone and ratio only filter the method list in the UI)."""
     try:
-        comp = gpu_compare(image, int(scale), methods, mode, sparse=bool(sparse))
+        comp = gpu_compare(image, int(scale), methods, mode, sparse=bool(sparse), zoo_path=zoo_path)
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
     left, right = h.default_pair(comp)
@@ -85,27 +87,27 @@ def _zoom(comp: h.Comparison | None, evt: gr.SelectData) -> tuple:
     return h.overview(comp, box), h.zoom_grid(comp, box)
 
 
-def _choices_for(arch: str, scale: int) -> tuple:
+def _choices_for(arch: str, scale: int, zoo_path: str | None = None) -> tuple:
     """Ratios and methods available for a backbone/scale pair."""
-    found = h.ratios(arch, int(scale))
+    found = h.ratios(arch, int(scale), zoo_path)
     ratio = found[-1] if found else None
-    methods = h.method_choices(arch, int(scale), ratio)
+    methods = h.method_choices(arch, int(scale), ratio, zoo_path)
     return gr.update(choices=found, value=ratio), gr.update(choices=methods, value=methods)
 
 
-def _methods_for(arch: str, scale: int, ratio: float | None) -> Any:
-    methods = h.method_choices(arch, int(scale), ratio)
+def _methods_for(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> Any:
+    methods = h.method_choices(arch, int(scale), ratio, zoo_path)
     return gr.update(choices=methods, value=methods)
 
 
-def compare_tab(data_dir: str | None) -> None:
+def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
-    archs = h.backbones()
+    archs = h.backbones(zoo_path)
     arch0 = "swinir-light" if "swinir-light" in archs else archs[0]
     scale0 = 4
-    ratio_choices = h.ratios(arch0, scale0)
+    ratio_choices = h.ratios(arch0, scale0, zoo_path)
     ratio0 = ratio_choices[-1] if ratio_choices else None
-    methods0 = h.method_choices(arch0, scale0, ratio0)
+    methods0 = h.method_choices(arch0, scale0, ratio0, zoo_path)
     examples = h.example_images(data_dir)
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
@@ -152,11 +154,17 @@ def compare_tab(data_dir: str | None) -> None:
             table = gr.Dataframe(headers=h.TABLE_HEADERS, label="Per method", interactive=False, wrap=True)
             files = gr.File(file_count="multiple", label="Full-resolution PNGs")
     state = gr.State(None)
-    arch.change(_choices_for, [arch, scale], [ratio, methods], api_visibility="private")
-    scale.change(_choices_for, [arch, scale], [ratio, methods], api_visibility="private")
-    ratio.input(_methods_for, [arch, scale, ratio], [methods], api_visibility="private")
+    choices_for = functools.partial(_choices_for, zoo_path=zoo_path)
+    arch.change(choices_for, [arch, scale], [ratio, methods], api_visibility="private")
+    scale.change(choices_for, [arch, scale], [ratio, methods], api_visibility="private")
+    ratio.input(
+        functools.partial(_methods_for, zoo_path=zoo_path),
+        [arch, scale, ratio],
+        [methods],
+        api_visibility="private",
+    )
     run.click(
-        _run_compare,
+        functools.partial(_run_compare, zoo_path=zoo_path),
         [image, scale, methods, mode, sparse],
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
@@ -283,19 +291,19 @@ def analysis_tab(data_dir: str | None) -> gr.Tab:
 # --------------------------------------------------------------------------------------------------- sparsity
 
 
-def _sparsity(name: str | None, layer: str | None) -> tuple:
+def _sparsity(name: str | None, layer: str | None, zoo_path: str | None = None) -> tuple:
     if not name:
         return gr.update(), gr.update(), gr.update()
     try:
-        kept, hist, layers = h.sparsity_view(name, layer)
+        kept, hist, layers = h.sparsity_view(name, layer, zoo_path)
     except (ValueError, KeyError, FileNotFoundError, OSError) as e:
         raise _error(e) from None
     return kept, hist, gr.update(choices=layers, value=layer if layer in layers else None)
 
 
-def sparsity_tab() -> None:
+def sparsity_tab(zoo_path: str | None) -> None:
     """Per-layer kept ratio and weight magnitudes of a checkpoint; the zoo beside the paper's tables."""
-    names = [e.name for e in h.zoo()]
+    names = [e.name for e in h.zoo(zoo_path)]
     if not names:
         gr.Markdown("No checkpoint zoo found (`checkpoints/zoo.json`): nothing to inspect yet.")
     with gr.Row():
@@ -308,26 +316,28 @@ def sparsity_tab() -> None:
     gr.Markdown(
         "**Zoo vs paper** (same backbone, scale, ratio and method; zoo budgets are far below the paper's)"
     )
-    gr.Dataframe(h.zoo_vs_paper(), headers=h.ZOO_VS_PAPER_HEADERS, interactive=False)
-    show.click(_sparsity, [ckpt, layer], [kept, hist, layer], api_name="sparsity")
-    ckpt.input(_sparsity, [ckpt, layer], [kept, hist, layer], api_visibility="private")
+    gr.Dataframe(h.zoo_vs_paper(zoo_path), headers=h.ZOO_VS_PAPER_HEADERS, interactive=False)
+    sparsity = functools.partial(_sparsity, zoo_path=zoo_path)
+    show.click(sparsity, [ckpt, layer], [kept, hist, layer], api_name="sparsity")
+    ckpt.input(sparsity, [ckpt, layer], [kept, hist, layer], api_visibility="private")
 
 
 # ------------------------------------------------------------------------------------------------------ app
 
 
-def build_demo(data_dir: str | None = None) -> gr.Blocks:
-    """The whole app; ``data_dir`` (or ``$ISS_DATA_DIR``) enables Urban100 examples and real training data."""
+def build_demo(data_dir: str | None = None, zoo_path: str | None = None) -> gr.Blocks:
+    """The whole app. ``data_dir`` (or ``$ISS_DATA_DIR``) enables Urban100 examples and real training data;
+    ``zoo_path`` is a zoo manifest other than ``checkpoints/zoo.json``."""
     data_dir = data_dir or os.environ.get("ISS_DATA_DIR")
     with gr.Blocks(title="ISS-SR", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(f"## {TITLE}\n{INTRO}")
         with gr.Tabs():
             with gr.Tab("Compare", id="compare"):
-                compare_tab(data_dir)
+                compare_tab(data_dir, zoo_path)
             with gr.Tab("Analysis", id="analysis"):
                 analysis_tab(data_dir)
             with gr.Tab("Sparsity", id="sparsity"):
-                sparsity_tab()
+                sparsity_tab(zoo_path)
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     return demo
 
@@ -336,10 +346,13 @@ def main(argv: list[str] | None = None) -> None:
     """Serve the app (127.0.0.1:7860 by default)."""
     parser = argparse.ArgumentParser(description=TITLE)
     parser.add_argument("--data-dir", default=None, help="folder with benchmarks/, train/ ($ISS_DATA_DIR)")
+    parser.add_argument("--zoo", default=None, help="zoo manifest (default checkpoints/zoo.json)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     args = parser.parse_args(argv)
-    build_demo(args.data_dir).launch(server_name=args.host, server_port=args.port, theme=gr.themes.Soft())
+    build_demo(args.data_dir, args.zoo).launch(
+        server_name=args.host, server_port=args.port, theme=gr.themes.Soft()
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import socket
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+import iss
 from iss.ui import handlers as h
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +24,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
 ]  # fmt: skip
 
+TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))
 pytestmark = pytest.mark.slow  # starting the server and loading models takes a few seconds
 
 
@@ -31,13 +35,30 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    """``app.build_demo()`` launched in a background thread on a free local port."""
+def zoo_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A zoo manifest with one tiny pruned x4 SwinIR-light checkpoint (bundled copy, no Hub entry)."""
+    folder = tmp_path_factory.mktemp("zoo")
+    model = iss.archs.build("swinir-light", 4, **TINY)
+    pruner = iss.pruning.build("iss-p", model, 0.9, prune_iters=0)
+    meta = {"arch": "swinir-light", "scale": 4, "arch_kwargs": TINY, "method": "iss-p", "ratio": 0.9}
+    path = iss.checkpoint.save(model, folder / "tiny.safetensors", meta, pruner.masks)
+    entry = {
+        "name": "tiny_x4_iss-p_r0.9", "arch": "swinir-light", "scale": 4, "method": "iss-p", "ratio": 0.9,
+        "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "size_bytes": path.stat().st_size,
+    }  # fmt: skip
+    (folder / "zoo.json").write_text(json.dumps({"version": 1, "entries": [entry]}))
+    return str(folder / "zoo.json")
+
+
+@pytest.fixture(scope="module")
+def app_url(zoo_path: str) -> Iterator[str]:
+    """``app.build_demo()`` on the tiny zoo, launched in a background thread on a free local port."""
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
-    demo = app.build_demo()
+    demo = app.build_demo(zoo_path=zoo_path)
     _, url, _ = demo.launch(
         prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(), quiet=True
     )
@@ -57,10 +78,11 @@ def test_endpoints_are_named(client) -> None:
     assert {"/upscale", "/train", "/recorded", "/sparsity"} <= set(endpoints)
 
 
-def test_upscale_returns_pngs_and_a_table(client) -> None:
+def test_upscale_returns_pngs_and_a_table(client, zoo_path: str) -> None:
     from gradio_client import handle_file
 
-    methods = h.method_choices("swinir-light", 4, (h.ratios("swinir-light", 4) or [None])[-1])  # UI default
+    methods = h.method_choices("swinir-light", 4, 0.9, zoo_path)  # what the UI selects by default
+    assert methods == ["bicubic", "tiny_x4_iss-p_r0.9"]
     example = h.EXAMPLES_DIR / "pagoda.png"
     slider, region, grid, table, files, _status, left, _right = client.predict(
         handle_file(str(example)), 4, methods, h.MODE_HR, False, api_name="/upscale"
@@ -72,7 +94,8 @@ def test_upscale_returns_pngs_and_a_table(client) -> None:
     assert table["headers"] == h.TABLE_HEADERS
     rows = {row[0]: row for row in table["data"]}
     assert set(rows) == set(methods) and float(rows["bicubic"][1]) > 15
-    assert len(files) == sum(1 for r in rows.values() if not str(r[1]).startswith("unavailable"))
+    assert float(rows["tiny_x4_iss-p_r0.9"][1]) > 0 and "%" in rows["tiny_x4_iss-p_r0.9"][3]
+    assert len(files) == 2
     assert all(str(f).endswith(".png") for f in files)
     assert left["value"] == "bicubic"  # the pair dropdowns get new choices: an update
 

@@ -231,6 +231,11 @@ def compare(
             "none of the chosen methods could run: " + "; ".join(f"{r[0]}: {r[1]}" for r in comp.rows)
         )
     comp.files = _write_pngs(comp, out_dir)
+    h_out, w_out = next(iter(comp.results.values())).shape[:2]
+    summary = (
+        f"x{scale}: LR {lr.shape[1]}x{lr.shape[0]} to {w_out}x{h_out}, {len(comp.results)} method(s) ran."
+    )
+    comp.message = " ".join(part for part in (summary, comp.message) if part)
     return comp
 
 
@@ -392,7 +397,8 @@ def recorded_states() -> list[str]:
     choices = [RANDOM_INIT]
     for folder in list_recordings(RECORDINGS_DIR):
         config = json.loads((folder / "run.json").read_text())
-        choices += [f"{folder.name} @ {s['iteration']}" for s in config.get("states", [])]
+        states = [s for s in config.get("states", []) if (folder / s["file"]).is_file()]
+        choices += [f"{folder.name} @ {s['iteration']}" for s in states]
     return choices
 
 
