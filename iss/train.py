@@ -360,8 +360,8 @@ def mask_checksum(masks: dict[str, torch.Tensor]) -> int:
     return int.from_bytes(digest.digest()[:8], "little") >> 2
 
 
-def _check_masks_agree(masks: dict[str, torch.Tensor], device: torch.device) -> None:
-    """Raise if any rank holds different masks than the others (they must select identically)."""
+def _check_masks_agree(masks: dict[str, torch.Tensor], device: torch.device) -> int:
+    """The masks' checksum, equal on every rank; raises if any rank's masks differ (selection must agree)."""
     import torch.distributed as dist
 
     value = torch.tensor([mask_checksum(masks)], dtype=torch.int64, device=device)
@@ -370,6 +370,7 @@ def _check_masks_agree(masks: dict[str, torch.Tensor], device: torch.device) -> 
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     if int(low) != int(high):
         raise RuntimeError("ranks hold different pruning masks; the pruner's selection is not deterministic")
+    return int(low)
 
 
 def _data_label(folders: tuple[str, ...]) -> str:
@@ -493,8 +494,18 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
             iteration += 1
             learning_rate = trainer.lr
             loss = trainer.step(lr.to(device, non_blocking=True), hr.to(device, non_blocking=True))
-            if ddp.world > 1 and iteration % config.mask_check_every == 0:
-                _check_masks_agree(pruner.masks, device)
+            if ddp.world > 1 and (iteration % config.mask_check_every == 0 or iteration == config.iters):
+                checksum = _check_masks_agree(pruner.masks, device)
+                if log and iteration == config.iters:
+                    _log(
+                        log,
+                        {
+                            "event": "masks_agree",
+                            "iteration": iteration,
+                            "ranks": ddp.world,
+                            "checksum": checksum,
+                        },
+                    )
             event = TrainEvent(iteration, loss, learning_rate, pruner.stage, last_stats[0])
             if val_samples and (iteration % config.val_every == 0 or iteration == config.iters):
                 event.val_psnr = _validate(model, val_samples, config.scale, device)
@@ -507,6 +518,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
                 _save_state(state_path, model, trainer, pruner, config, iteration, ddp)
             if iteration == config.iters and out and ddp.main:
                 event.checkpoint = _save_checkpoint(out, model, pruner, config, iteration, event.val_psnr)
+            if iteration == config.iters and ddp.world > 1:
+                torch.distributed.barrier()  # no rank leaves (and tears down the group) while rank 0 saves
             yield event
     except NonFiniteLossError as e:
         if log:
@@ -637,6 +650,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--arch-kwargs", default="{}", help="JSON of iss.archs.build overrides (tiny configs)"
     )
     parser.add_argument("--pruner-options", default="{}", help="JSON of extra iss.pruning.build options")
+    parser.add_argument("--mask-check-every", type=int, help="torchrun: compare mask checksums every N its")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
 
 
@@ -646,7 +660,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         "arch": args.arch, "scale": args.scale, "method": args.method, "ratio": args.ratio,
         "alpha": args.alpha, "iters": args.iters, "prune_iters": args.prune_iters, "batch": args.batch,
         "patch": args.patch, "lr": args.lr, "val_every": args.val_every, "save_every": args.save_every,
-        "log_every": args.log_every,
+        "log_every": args.log_every, "mask_check_every": args.mask_check_every,
         "out": args.out, "seed": args.seed, "device": args.device, "amp": args.amp, "compile": args.compile,
         "workers": args.workers, "threads": args.threads, "val_data": args.val_data,
         "train_data": tuple(d for d in args.train_data.split(",") if d),

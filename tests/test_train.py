@@ -6,6 +6,8 @@ import dataclasses
 import importlib
 import json
 import math
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -284,3 +286,26 @@ def test_nan_during_train_keeps_last_good_state(stand_ins: dict, tmp_path: Path,
     assert _final_state(Path(config.out))["iteration"] == 3
     last = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[-1])
     assert last["event"] == "stopped" and "nan" in last["reason"]
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_gloo(tmp_path: Path) -> None:
+    """``torchrun --nproc_per_node 2`` on CPU (gloo): trains, and both ranks end with identical masks."""
+    if not (_real("iss.archs", "build") and _real("iss.pruning", "build")):
+        pytest.skip("needs the real iss.archs and iss.pruning")
+    config = _config(tmp_path, TINY_SWINIR)
+    env = {**os.environ, "ISS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "iss", "train", "--arch", "swinir-light", "--scale", "2", "--method", "iss-p", "--ratio", "0.5",
+        "--iters", "4", "--prune-iters", "2", "--batch", "2", "--patch", "8", "--train-data",
+        config.train_data[0], "--out", config.out, "--arch-kwargs", json.dumps(TINY_SWINIR), "--threads", "1",
+        "--mask-check-every", "1", "--no-progress",
+    ]  # fmt: skip
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (Path(config.out) / "log.jsonl").read_text().splitlines()]
+    agree = [r for r in records if r.get("event") == "masks_agree"]
+    assert agree and agree[-1]["ranks"] == 2 and agree[-1]["iteration"] == 4
+    assert (Path(config.out) / "model.safetensors").is_file()
+    assert [r.get("event") for r in records].count("start") == 1  # only rank 0 logs
