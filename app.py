@@ -150,8 +150,14 @@ def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
                     height=300,
                     scale=1,
                 )
-                grid = gr.Gallery(label="Zoomed region", format="png", columns=4, height=300, scale=2)
-            table = gr.Dataframe(headers=h.TABLE_HEADERS, label="Per method", interactive=False, wrap=True)
+                grid = gr.Gallery(label="Zoomed region", format="png", columns=3, height=300, scale=2)
+            table = gr.Dataframe(
+                headers=h.TABLE_HEADERS,
+                label="Per method",
+                interactive=False,
+                wrap=True,
+                column_widths=["24%", "22%", "8%", "16%", "8%", "12%", "10%"],
+            )
             files = gr.File(file_count="multiple", label="Full-resolution PNGs")
     state = gr.State(None)
     choices_for = functools.partial(_choices_for, zoo_path=zoo_path)

@@ -75,7 +75,10 @@ def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
     assert tiny[5].endswith("MB")
     # the missing checkpoint is greyed out with its reason, not fatal
     assert rows["missing_x2_iss-p_r0.5"][1].startswith("unavailable: ")
-    assert "missing" in rows["missing_x2_iss-p_r0.5"][1]
+    assert (
+        "missing" in rows["missing_x2_iss-p_r0.5"][1]
+        and "missing_x2_iss-p_r0.5 is unavailable" in comp.message
+    )
     for path in comp.files:
         with Image.open(path) as im:
             assert im.format == "PNG" and im.size == (48, 48)
@@ -131,7 +134,7 @@ def test_pairs_zoom_and_overview(tiny_zoo: str) -> None:
     box = h.zoom_box(comp, 47, 0, size=16)
     assert box == (32, 0, 48, 16)  # clamped to the image
     grid = h.zoom_grid(comp, box, display=64)
-    assert [c.split(":")[0] for _, c in grid] == [h.HR_LABEL, h.LR_LABEL, "bicubic", "tiny_x2_iht_r0.5"]
+    assert [c.split(" dB ")[-1] for _, c in grid] == [h.HR_LABEL, h.LR_LABEL, "bicubic", "tiny_x2_iht_r0.5"]
     assert all(tile.shape == (64, 64, 3) for tile, _ in grid)
     marked = h.overview(comp, box)
     assert tuple(marked[0, 40]) == (255, 0, 0) and not np.array_equal(marked, comp.hr)

@@ -10,6 +10,7 @@ import copy
 import functools
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -213,13 +214,15 @@ def compare(
     device = device or default_device()
     lr, hr, message = prepare_input(image, mode, scale)
     methods = list(dict.fromkeys(methods or [BICUBIC]))
-    comp = Comparison(lr=lr, hr=hr, message=message)
+    comp = Comparison(lr=lr, hr=hr)
+    notes = [message] if message else []
     tile = TILE if max(lr.shape[:2]) > TILE_ABOVE else None
     for name in methods:
         try:
             sr, row = _run_method(name, lr, scale, device, sparse, zoo_path, tile)
         except (FileNotFoundError, ValueError, KeyError, OSError) as e:
             comp.rows.append([name, f"unavailable: {_reason(e)}", "", "", "", "", ""])
+            notes.append(f"{name} is unavailable: {_reason(e, limit=400)}")
             continue
         if hr is not None:
             row[1] = round(iss.metrics.psnr_y(sr, hr, crop_border=scale), 2)
@@ -235,14 +238,16 @@ def compare(
     summary = (
         f"x{scale}: LR {lr.shape[1]}x{lr.shape[0]} to {w_out}x{h_out}, {len(comp.results)} method(s) ran."
     )
-    comp.message = " ".join(part for part in (summary, comp.message) if part)
+    comp.message = "\n\n".join([summary, *notes])
     return comp
 
 
-def _reason(error: BaseException) -> str:
-    """A one-line reason for an unavailable method."""
+def _reason(error: BaseException, limit: int = 140) -> str:
+    """A one-line reason for an unavailable method: no folders, no digests, at most ``limit`` characters."""
     text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    return " ".join(str(text).split())[:200]
+    text = re.sub(r"^refusing checkpoint \S+: ", "", re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", str(text)))
+    line = " ".join(Path(w).name if w.startswith("/") else w for w in text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _run_method(
@@ -322,7 +327,7 @@ def zoom_grid(
         crop = Image.fromarray(img[y0:y1, x0:x1]).resize((display, display), Image.NEAREST)
         caption = name
         if comp.hr is not None and name not in (HR_LABEL, LR_LABEL):
-            caption = f"{name}: {iss.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f} dB"
+            caption = f"{iss.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f} dB {name}"
         tiles.append((np.asarray(crop), caption))
     return tiles
 
