@@ -309,3 +309,39 @@ def test_torchrun_two_processes_gloo(tmp_path: Path) -> None:
     assert agree and agree[-1]["ranks"] == 2 and agree[-1]["iteration"] == 4
     assert (Path(config.out) / "model.safetensors").is_file()
     assert [r.get("event") for r in records].count("start") == 1  # only rank 0 logs
+
+
+def test_cli_preset_then_explicit_flags() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    train_mod.add_arguments(parser)
+    args = parser.parse_args(
+        ["--preset", "cpu-short", "--iters", "400", "--batch", "2", "--train-data", "a,b", "--out", "o",
+         "--arch-kwargs", '{"embed_dim": 12}', "--milestones", ""]
+    )  # fmt: skip
+    config = train_mod.config_from_args(args)
+    assert (config.iters, config.prune_iters, config.batch, config.patch) == (400, 200, 2, 24)
+    assert (
+        config.train_data == ("a", "b")
+        and config.arch_kwargs == {"embed_dim": 12}
+        and config.milestones == ()
+    )
+    with pytest.raises(ValueError, match="--arch-kwargs"):
+        train_mod.config_from_args(
+            parser.parse_args(["--train-data", "a", "--out", "o", "--arch-kwargs", "[1]"])
+        )
+
+
+def test_cli_train_command(stand_ins: dict, tmp_path: Path) -> None:
+    from iss.cli import main
+
+    config = _config(tmp_path, stand_ins)
+    argv = [
+        "train", "--arch", "swinir-light", "--scale", "2", "--method", "iss-p", "--ratio", "0.5",
+        "--iters", "2", "--prune-iters", "1", "--batch", "2", "--patch", "8", "--train-data", config.train_data[0],
+        "--out", config.out, "--arch-kwargs", json.dumps(stand_ins), "--threads", "1", "--no-progress",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert (Path(config.out) / "model.safetensors").is_file()
+    assert main(argv) == 2  # an existing run is not overwritten without --resume
