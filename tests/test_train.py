@@ -339,8 +339,9 @@ def test_cli_train_command(stand_ins: dict, tmp_path: Path) -> None:
     config = _config(tmp_path, stand_ins)
     argv = [
         "train", "--arch", "swinir-light", "--scale", "2", "--method", "iss-p", "--ratio", "0.5",
-        "--iters", "2", "--prune-iters", "1", "--batch", "2", "--patch", "8", "--train-data", config.train_data[0],
-        "--out", config.out, "--arch-kwargs", json.dumps(stand_ins), "--threads", "1", "--no-progress",
+        "--iters", "2", "--prune-iters", "1", "--batch", "2", "--patch", "8",
+        "--train-data", config.train_data[0], "--out", config.out, "--arch-kwargs", json.dumps(stand_ins),
+        "--threads", "1", "--no-progress",
     ]  # fmt: skip
     assert main(argv) == 0
     assert (Path(config.out) / "model.safetensors").is_file()
