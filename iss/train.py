@@ -459,7 +459,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
 
     start = 0
     if state_path and state_path.exists():
-        state = torch.load(state_path, map_location=device, weights_only=True)
+        state = torch.load(state_path, map_location="cpu", weights_only=True)  # RNG states must be CPU
         _check_same_run(config, state["config"], state_path)
         model.load_state_dict(state["model"])
         trainer.load_state_dict(state["trainer"])
