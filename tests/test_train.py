@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import types
@@ -302,8 +303,15 @@ def test_torchrun_two_processes_gloo(tmp_path: Path) -> None:
         config.train_data[0], "--out", config.out, "--arch-kwargs", json.dumps(TINY_SWINIR), "--threads", "1",
         "--mask-check-every", "1", "--no-progress",
     ]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    try:
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:  # a hung run: end the launcher and its workers, not just the launcher
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, stderr[-3000:]
     records = [json.loads(line) for line in (Path(config.out) / "log.jsonl").read_text().splitlines()]
     agree = [r for r in records if r.get("event") == "masks_agree"]
     assert agree and agree[-1]["ranks"] == 2 and agree[-1]["iteration"] == 4
