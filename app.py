@@ -272,10 +272,13 @@ def analysis_tab(data_dir: str | None) -> gr.Tab:
             grads = gr.Plot(label="Gradients")
             training = gr.Plot(label="Training")
     recordings = h.recording_names()
-    with gr.Accordion("Recorded runs (whole)", open=False):
+    rec_layers0 = h.recording_layers(recordings[0]) if recordings else []
+    with gr.Accordion("Recorded runs (whole)", open=False) as recorded:
         with gr.Row():
             rec = gr.Dropdown(recordings, value=recordings[0] if recordings else None, label="Recording")
-            rec_layers = gr.Dropdown([], multiselect=True, label="Layers to plot")
+            rec_layers = gr.Dropdown(
+                rec_layers0, value=h.default_layers(rec_layers0), multiselect=True, label="Layers to plot"
+            )
             show = gr.Button("Show")
         rec_status = gr.Markdown()
         rec_flips, rec_grads, rec_training = gr.Plot(), gr.Plot(), gr.Plot()
@@ -289,9 +292,9 @@ def analysis_tab(data_dir: str | None) -> gr.Tab:
     )
     stop.click(None, None, None, cancels=[event])
     rec.change(_recorded_layers, [rec], [rec_layers], api_visibility="private")
-    show.click(
-        _recorded, [rec, rec_layers], [rec_flips, rec_grads, rec_training, rec_status], api_name="recorded"
-    )
+    rec_outputs = [rec_flips, rec_grads, rec_training, rec_status]
+    show.click(_recorded, [rec, rec_layers], rec_outputs, api_name="recorded")
+    recorded.expand(_recorded, [rec, rec_layers], rec_outputs, api_visibility="private")
 
 
 # --------------------------------------------------------------------------------------------------- sparsity

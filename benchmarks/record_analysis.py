@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-seconds", type=float, default=float("inf"))
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--layers", default="all", help="'all' prunable layers, or a comma-separated list")
+    p.add_argument("--arch-kwargs", type=json.loads, default={}, help="JSON overrides (tiny test models)")
     return p.parse_args(argv)
 
 
@@ -50,21 +52,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    probe = handlers.prunable_layers(args.arch, args.scale)
-    layers = probe if args.layers == "all" else args.layers.split(",")
+    layers = None if args.layers == "all" else args.layers.split(",")
     run = handlers.build_live_run(
-        args.arch, args.scale, args.ratio, args.alpha, args.prune_iters, layers, seed=args.seed, lr=args.lr
-    )
+        args.arch, args.scale, args.ratio, args.alpha, args.prune_iters, layers, seed=args.seed, lr=args.lr,
+        arch_kwargs=args.arch_kwargs, all_layers=layers is None,
+    )  # fmt: skip
     batches = handlers.training_batches(
         args.scale, args.patch, args.batch, args.data_dir, args.seed, handlers.RECORDING_SETS
     )
     pair = handlers.validation_pair(args.scale)
     states_at = sorted({int(s) for s in args.states.split(",") if s})
     config = {
-        **{k: v for k, v in vars(args).items() if k not in ("out", "states", "layers", "threads")},
+        **{
+            k: v for k, v in vars(args).items() if k not in ("out", "states", "layers", "threads", "data_dir")
+        },
         "device": "cpu",
         "data": [p.name for p in handlers.training_folders(args.data_dir, handlers.RECORDING_SETS)],
-        "command": "python benchmarks/record_analysis.py " + " ".join(argv or []),
+        "command": "python benchmarks/record_analysis.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "states": [],
     }
     stop = {"now": False}
@@ -99,7 +103,7 @@ def _save_state(out: Path, run: handlers.LiveRun, iteration: int, config: dict) 
     """Resumable weights (fp16) and pruner states of both runs at ``iteration``."""
     out.mkdir(parents=True, exist_ok=True)
     name = f"state_{iteration}.safetensors"
-    keys = ("arch", "scale", "ratio", "alpha", "prune_iters")
+    keys = ("arch", "scale", "ratio", "alpha", "prune_iters", "arch_kwargs")
     meta = {"iteration": iteration, **{k: config[k] for k in keys}}
     save_state(out / name, run.models, run.pruners, meta)
     config["states"].append({"iteration": iteration, "file": name})

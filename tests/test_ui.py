@@ -219,3 +219,29 @@ def test_zoo_vs_paper_and_sparsity_view(tiny_zoo: str) -> None:
     kept, hist, layers = h.sparsity_view("tiny_x2_iht_r0.5", None, tiny_zoo)
     assert isinstance(kept, go.Figure) and isinstance(hist, go.Figure) and layers
     assert all(0.4 < v <= 0.6 for v in kept.data[0].y[1:-1])  # pruned layers keep about half
+
+
+@pytest.mark.slow  # two short training runs
+def test_record_analysis_script_writes_a_resumable_recording(tmp_path: Path, monkeypatch) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record", h.ROOT / "benchmarks" / "record_analysis.py")
+    record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record)
+    out = tmp_path / "rec"
+    args = ["--out", str(out), "--iterations", "4", "--states", "2", "--flush-every", "2", "--batch", "2",
+            "--patch", "8", "--arch-kwargs", json.dumps(TINY), "--ratio", "0.9"]  # fmt: skip
+    assert record.main(args) == 0
+    config, traces = load_recording(out)
+    assert config["iterations_done"] == 4 and [s["iteration"] for s in config["states"]] == [2, 4]
+    assert len(config["layers"]) > 2 and traces["iss-p"].iterations == [1, 2, 3, 4]
+    run = h.build_live_run("swinir-light", 2, 0.9, 0.95, 100_000, None, arch_kwargs=TINY)
+    meta = load_state(out / "state_4.safetensors", run.models, run.pruners)
+    assert meta["iteration"] == 4 and run.pruners["iht"].iteration == 4
+    # a live run can start from a recorded state; it goes on from the recorded iteration
+    monkeypatch.setattr(h, "RECORDINGS_DIR", tmp_path)
+    assert h.recorded_states() == [h.RANDOM_INIT, "rec @ 2", "rec @ 4"]
+    *_, status = list(h.train_live(iterations=2, start="rec @ 2", patch=8, batch=2, update_seconds=0.0))[-1]
+    assert "iteration 4," in status and "too short" not in status
+    figs = h.recorded_figures("rec")
+    assert "4 iterations of each run" in figs[-1]

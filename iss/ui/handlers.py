@@ -448,7 +448,7 @@ def recording_layers(name: str) -> list[str]:
 def prunable_layers(arch: str, scale: int) -> list[str]:
     """Names of the weights the pruners act on for ``arch`` (what the layer picker offers)."""
     model = iss.archs.build(arch, int(scale))
-    return list(iss.pruning.build("iht", model, 0.5).masks)
+    return iss.pruning.build("iht", model, 0.5, prune_iters=1).layer_names
 
 
 @dataclass
@@ -476,8 +476,13 @@ def build_live_run(
     device: str = "cpu",
     arch_kwargs: dict[str, Any] | None = None,
     lr: float = 2e-4,
+    all_layers: bool = False,
 ) -> LiveRun:
-    """Set up ISS-P and IHT from the same random init, or from a recorded state of both runs."""
+    """Set up ISS-P and IHT from the same random init, or from a recorded state of both runs.
+
+    Per-layer series are traced for ``layers`` (two representative ones when empty), or for every pruned
+    layer with ``all_layers`` (recordings).
+    """
     config = dict(
         arch=arch, scale=int(scale), ratio=float(ratio), alpha=float(alpha), prune_iters=int(prune_iters)
     )
@@ -504,8 +509,8 @@ def build_live_run(
         start_iteration = int(meta["iteration"])
     for model in models.values():
         model.to(device).train()
-    all_layers = list(pruners["iss-p"].masks)
-    chosen = [layer for layer in (layers or []) if layer in all_layers] or default_layers(all_layers)
+    names = pruners["iss-p"].layer_names
+    chosen = names if all_layers else [n for n in (layers or []) if n in names] or default_layers(names)
     traces = {run: RunTrace(layers=chosen) for run in RUNS}
     for run in RUNS:
         pruners[run].add_callback(traces[run].observe)
