@@ -423,7 +423,6 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
     ``out`` that already holds a state is refused, so a finished run is never overwritten by accident.
     """
     from iss import archs, pruning
-    from iss.data import BenchmarkSet, TrainPatches
 
     if not config.train_data:
         raise ValueError("no training data: pass --train-data DIR[,DIR...]")
@@ -436,9 +435,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
         raise ValueError(f"{state_path} exists: pass --resume to continue that run, or choose another --out")
     if config.threads:
         torch.set_num_threads(config.threads)
-    device_type = "cuda" if config.device.startswith("cuda") or (
-        config.device == "auto" and torch.cuda.is_available()) else "cpu"  # fmt: skip
-    ddp = _init_distributed(device_type)
+    cuda = config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available())
+    ddp = _init_distributed("cuda" if cuda else "cpu")
     device = _resolve_device(config, ddp)
     config = dataclasses.replace(config, amp=device.type == "cuda" if config.amp is None else config.amp)
 
@@ -447,40 +445,12 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
     pruner = pruning.build(config.method, model.to(device), config.ratio, **pruner_options(config))
     last_stats: list[Any] = [None]
     pruner.add_callback(lambda stats: last_stats.__setitem__(0, stats))
-
-    net: nn.Module = model
-    if ddp.world > 1:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    if config.compile:
-        net = torch.compile(net)
-    trainer = Trainer(net, pruner, config)
-
-    start = 0
-    if state_path and state_path.exists():
-        state = torch.load(state_path, map_location="cpu", weights_only=True)  # RNG states must be CPU
-        _check_same_run(config, state["config"], state_path)
-        model.load_state_dict(state["model"])
-        trainer.load_state_dict(state["trainer"])
-        pruner.load_state_dict(state["pruner"])
-        rng = state["rng"]
-        _set_rng_state(rng[ddp.rank] if ddp.rank < len(rng) else rng[0])
-        start = int(state["iteration"])
-
-    length = config.iters * ddp.world * config.batch
-    dataset = TrainPatches(config.train_data, config.scale, config.patch, length=length, seed=config.seed)
-    sampler = _IterationBatches(config.batch, ddp.rank, ddp.world, start, config.iters)
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_sampler=sampler, num_workers=config.workers, pin_memory=device.type == "cuda",
-        generator=torch.Generator().manual_seed(config.seed),  # keeps the global RNG untouched (exact resume)
-    )  # fmt: skip
-    val_samples = []
-    if config.val_data and ddp.main:
-        val_dir = Path(config.val_data)
-        if not val_dir.is_dir():
-            raise FileNotFoundError(f"validation set folder {val_dir} does not exist")
-        val_samples = list(BenchmarkSet(val_dir.parent, val_dir.name, config.scale))
+    trainer = Trainer(_wrap(model, config, ddp, device), pruner, config)
+    start = (
+        _restore(state_path, config, model, trainer, pruner, ddp) if state_path and state_path.exists() else 0
+    )
+    loader = _loader(config, ddp, device, start)
+    val_samples = _validation_samples(config) if config.val_data and ddp.main else []
 
     log = None
     if out and ddp.main:
@@ -497,15 +467,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
             if ddp.world > 1 and (iteration % config.mask_check_every == 0 or iteration == config.iters):
                 checksum = _check_masks_agree(pruner.masks, device)
                 if log and iteration == config.iters:
-                    _log(
-                        log,
-                        {
-                            "event": "masks_agree",
-                            "iteration": iteration,
-                            "ranks": ddp.world,
-                            "checksum": checksum,
-                        },
-                    )
+                    agree = {"event": "masks_agree", "ranks": ddp.world, "checksum": checksum}
+                    _log(log, {**agree, "iteration": iteration})
             event = TrainEvent(iteration, loss, learning_rate, pruner.stage, last_stats[0])
             if val_samples and (iteration % config.val_every == 0 or iteration == config.iters):
                 event.val_psnr = _validate(model, val_samples, config.scale, device)
@@ -528,6 +491,53 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
     finally:
         if log:
             log.close()
+
+
+def _wrap(model: nn.Module, config: TrainConfig, ddp: _Dist, device: torch.device) -> nn.Module:
+    """The module the trainer calls: DistributedDataParallel under torchrun, compiled with ``--compile``."""
+    net = model
+    if ddp.world > 1:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    return torch.compile(net) if config.compile else net
+
+
+def _restore(
+    path: Path, config: TrainConfig, model: nn.Module, trainer: Trainer, pruner: Any, ddp: _Dist
+) -> int:
+    """Load a ``state.pt`` (tensors and plain types only) into the run; returns its iteration."""
+    state = torch.load(path, map_location="cpu", weights_only=True)  # RNG states must stay CPU tensors
+    _check_same_run(config, state["config"], path)
+    model.load_state_dict(state["model"])
+    trainer.load_state_dict(state["trainer"])
+    pruner.load_state_dict(state["pruner"])
+    rng = state["rng"]
+    _set_rng_state(rng[ddp.rank] if ddp.rank < len(rng) else rng[0])
+    return int(state["iteration"])
+
+
+def _loader(config: TrainConfig, ddp: _Dist, device: torch.device, start: int) -> torch.utils.data.DataLoader:
+    """``TrainPatches`` batches for iterations ``start+1 .. iters`` of this rank (``_IterationBatches``)."""
+    from iss.data import TrainPatches
+
+    length = config.iters * ddp.world * config.batch
+    dataset = TrainPatches(config.train_data, config.scale, config.patch, length=length, seed=config.seed)
+    return torch.utils.data.DataLoader(
+        dataset, batch_sampler=_IterationBatches(config.batch, ddp.rank, ddp.world, start, config.iters),
+        num_workers=config.workers, pin_memory=device.type == "cuda",
+        generator=torch.Generator().manual_seed(config.seed),  # keeps the global RNG untouched (exact resume)
+    )  # fmt: skip
+
+
+def _validation_samples(config: TrainConfig) -> list:
+    """The (LR, HR) samples of the ``val_data`` benchmark folder (e.g. ``.../benchmarks/Set5``)."""
+    from iss.data import BenchmarkSet
+
+    folder = Path(config.val_data)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"validation set folder {folder} does not exist")
+    return list(BenchmarkSet(folder.parent, folder.name, config.scale))
 
 
 def _check_same_run(config: TrainConfig, saved: dict[str, Any], path: Path) -> None:
