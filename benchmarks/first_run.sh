@@ -4,7 +4,7 @@
 # schedule. The four runs go in parallel (one torch thread each, nice 10), so they share the CPU equally.
 #
 #   bash benchmarks/first_run.sh train   # train the four (resumable: rerun to continue after a kill)
-#   bash benchmarks/first_run.sh eval    # Set5/Set14/B100/Urban100 with `python -m iss eval`
+#   bash benchmarks/first_run.sh eval    # Set5/Set14/B100/Urban100 with `python -m iss eval` (rerun: skips done)
 #   bash benchmarks/first_run.sh zoo     # copy to checkpoints/ and write checkpoints/zoo.json
 #
 # ISS_DATA_DIR (default ../shared/data) must hold train/T91, train/BSD200, div2k/DIV2K_train_HR, benchmarks/.
@@ -19,7 +19,6 @@ PRUNE_ITERS=${PRUNE_ITERS:-800}  # K_p for iss-p and iht (4/7 of the budget); l1
 BATCH=${BATCH:-4}
 PATCH=${PATCH:-16}               # LR patch (HR 64)
 SEED=${SEED:-0}
-SETS=${SETS:-Set5,Set14,B100,Urban100}
 TRAIN_DATA="$DATA/train/T91,$DATA/train/BSD200,$DATA/div2k/DIV2K_train_HR"
 
 train() {
@@ -38,10 +37,17 @@ train() {
 }
 
 evaluate() {
+    # One chain per method (one thread each): the small sets first, then each big set, one JSON per group.
     for method in $METHODS; do
-        nice -n 10 env OMP_NUM_THREADS=1 python -m iss eval --model "$OUT/$method/model.safetensors" \
-            --datasets "$SETS" --data-dir "$DATA/benchmarks" --device cpu \
-            --json "$OUT/$method/eval.json" > "$OUT/$method.eval.out" 2>&1 &
+        (
+            IFS=';'
+            for group in ${EVAL_GROUPS:-Set5,Set14;B100;Urban100}; do
+                [[ -f "$OUT/$method/eval_${group//,/+}.json" ]] && continue
+                nice -n 10 env OMP_NUM_THREADS=1 python -m iss eval --model "$OUT/$method/model.safetensors" \
+                    --datasets "$group" --data-dir "$DATA/benchmarks" --device cpu \
+                    --json "$OUT/$method/eval_${group//,/+}.json"
+            done
+        ) > "$OUT/$method.eval.out" 2>&1 &
     done
     wait
     for method in $METHODS; do echo "== $method"; cat "$OUT/$method.eval.out"; done

@@ -2,8 +2,8 @@
 
     python benchmarks/first_run_zoo.py --runs runs/first_run --methods iss-p,iht,l1,scratch
 
-Each ``<runs>/<method>/`` must hold ``model.safetensors`` (from ``python -m iss train``) and ``eval.json``
-(from ``python -m iss eval --json``); the budget comes from the checkpoint's own metadata. Also writes
+Each ``<runs>/<method>/`` must hold ``model.safetensors`` (from ``python -m iss train``) and ``eval*.json``
+(from ``python -m iss eval --json``, merged); the budget comes from the checkpoint's own metadata. Also writes
 ``benchmarks/results/first_run.json`` (the table, for the README).
 """
 
@@ -31,7 +31,9 @@ def entry(run: Path, dest: Path) -> dict[str, Any]:
     """Copy ``run/model.safetensors`` to ``dest`` and describe it as a zoo entry."""
     source = run / "model.safetensors"
     meta = checkpoint.read_meta(source)  # also verifies the checkpoint's own sha256
-    metrics = json.loads((run / "eval.json").read_text())
+    metrics = {}
+    for part in sorted(run.glob("eval*.json")):  # one file per group of sets (see first_run.sh)
+        metrics.update(json.loads(part.read_text()))
     name = f"{meta['arch']}_x{meta['scale']}_{meta['method']}_r{meta['ratio']}"
     file = dest / f"{name}.safetensors"
     shutil.copyfile(source, file)
