@@ -555,3 +555,39 @@ def test_scratch_random_mask_and_fresh_init():
     assert all(torch.equal(again.masks[n], m) for n, m in pruner.masks.items())
     assert not all(torch.equal(other.masks[n], m) for n, m in pruner.masks.items())
     assert all(torch.equal(a, b) for a, b in zip(model_again.parameters(), model.parameters(), strict=True))
+
+
+# ----- a tiny SwinIR -----
+@pytest.fixture(scope="module")
+def tiny_swinir():
+    archs = pytest.importorskip("iss.archs")
+    return lambda: archs.build("swinir-light", 2, embed_dim=12, depths=(2,), num_heads=(2,))
+
+
+@pytest.mark.parametrize("method", ["iss-p", "iht"])
+def test_swinir_every_step_selection_is_exact(tiny_swinir, method):
+    torch.manual_seed(0)
+    model = tiny_swinir()
+    pruner = pruning.build(method, model, 0.9, prune_iters=6)
+    names = pruner.layer_names
+    assert "layers.0.residual_group.blocks.0.attn.qkv.weight" in names and "conv_first.weight" in names
+    assert all(n.endswith(".weight") for n in names)
+    linears_convs = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    assert len(names) == len(linears_convs)
+    opt = torch.optim.Adam(model.parameters(), 2e-3)
+    params = dict(model.named_parameters())
+    lr, hr = torch.rand(2, 3, 8, 8), torch.rand(2, 3, 16, 16)
+    for _ in range(8):
+        opt.zero_grad()
+        nn.functional.l1_loss(model(lr), hr).backward()
+        pruner.before_step()
+        opt.step()
+        stage = pruner.stage
+        snapshot = {n: params[n].detach().clone() for n in names}
+        pruner.step()
+        for name in names:
+            if stage == "prune":  # the selection of this step, from the weights after the optimizer step
+                assert torch.equal(pruner.masks[name], ~expected_unimportant(snapshot[name], 0.9)), name
+            assert int((~pruner.masks[name]).sum()) == math.ceil(0.9 * snapshot[name].numel())
+    assert pruner.stage == "finetune"
+    assert all(torch.all(params[n][~pruner.masks[n]] == 0) for n in names)

@@ -119,10 +119,11 @@ class ASSL(GrowingL2):
                 d_soft = (n_layers * s - s.sum(0, keepdim=True)) * (2 / (pairs * g.n))
                 d_mag = d_soft * s * (1 - s) / scale[rows]
                 for row, d in zip(rows.tolist(), d_mag, strict=True):
-                    w = g.modules[row].weight
+                    w = g.params[row]
                     if w.grad is not None:
                         w.grad.add_((d.view(w.shape) * w.detach().sign()), alpha=self.lw_spr)
 
+    @torch.no_grad()
     def alignment_loss(self) -> float:
         """Current value of the alignment term (without ``lw_spr``), for tests and logs."""
         total = 0.0

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .telemetry import DriftTracker, StepStats, grad_moments, grad_sums
+from .telemetry import DriftTracker, StepStats, grad_moments, grad_sums, same_mask
 
 LEARNABLE = (nn.Conv2d, nn.Linear)
 STAGES = ("prune", "finetune")
@@ -156,26 +156,41 @@ class LayerGroup:
 
     names: list[str]
     modules: list[nn.Module]
+    params: list[nn.Parameter]  # the modules' weights (parameter identity is kept for the whole run)
     n: int
     k: int
     kept: Tensor  # (layers, n) bool, True = important
     tau: Tensor | None = None  # (layers, 1) threshold hint from the last selection
-    hard: Tensor | None = None  # (layers, n) float 0/1 mask once frozen
+    hard: list[Tensor] | None = None  # float 0/1 masks shaped like the weights, once frozen
     grad_sums: Tensor | None = None  # (layers, 3) from the last before_step
-    _buffer: Tensor | None = field(default=None, repr=False)
+    scale: list[Tensor] | None = None  # shrink factors shaped like the weights, while the selection holds
+    _buffers: dict[str, tuple[Tensor, list[Tensor]]] = field(default_factory=dict, repr=False)
 
-    @property
-    def weights(self) -> list[Tensor]:
-        """Flat views of the layers' weights (in place edits change the parameters)."""
-        return [m.weight.detach().view(-1) for m in self.modules]
+    def shaped(self, t: Tensor) -> list[Tensor]:
+        """Rows of a (layers, n) tensor as views shaped like the layers' weights (for ``_foreach`` ops)."""
+        return [t[i].view(p.shape) for i, p in enumerate(self.params)]
+
+    def buffer(self, slot: str, dtype: torch.dtype) -> Tensor:
+        """A (layers, n) scratch tensor reused across steps (one per slot)."""
+        return self._slot(slot, dtype)[0]
+
+    def gather(self, tensors: list[Tensor], slot: str) -> Tensor:
+        """Copy one tensor per layer (weights, gradients) into the (layers, n) buffer ``slot``, one call."""
+        buf, views = self._slot(slot, tensors[0].dtype)
+        torch._foreach_copy_(views, tensors)
+        return buf
 
     def magnitudes(self) -> Tensor:
-        """``|w|`` stacked as (layers, n), written into a reused buffer."""
-        weights = self.weights
-        w = weights[0]
-        if self._buffer is None or self._buffer.dtype != w.dtype or self._buffer.device != w.device:
-            self._buffer = torch.empty(len(weights), self.n, dtype=w.dtype, device=w.device)
-        return torch.stack(weights, out=self._buffer).abs_()
+        """``|w|`` stacked as (layers, n)."""
+        return self.gather(self.params, "magnitudes").abs_()
+
+    def _slot(self, slot: str, dtype: torch.dtype) -> tuple[Tensor, list[Tensor]]:
+        entry = self._buffers.get(slot)
+        device = self.kept.device
+        if entry is None or entry[0].dtype != dtype or entry[0].device != device:
+            buf = torch.empty(self.kept.shape, dtype=dtype, device=device)
+            entry = self._buffers[slot] = (buf, self.shaped(buf))
+        return entry
 
 
 class Pruner:
@@ -218,15 +233,24 @@ class Pruner:
         self.stage = "prune"
         self._callbacks: list[Callable[[StepStats], Any]] = []
         self._groups, self._order = self._make_groups(find_layers(model, include, exclude))
+        offsets = [0]
+        for g in self._groups:
+            offsets.append(offsets[-1] + len(g.names))
+        self._model_order = torch.tensor([offsets[gi] + ri for _, (gi, ri) in self._order])
+        self._layer_sizes = [self._groups[gi].n for _, (gi, _) in self._order]
+        self._kept_ratio = {
+            name: 1.0 - self._groups[gi].k / self._groups[gi].n for name, (gi, _) in self._order
+        }
         self._masks: dict[str, Tensor] | None = None
         self._had_grads = self._stats_have_grads = False
         self._stats: StepStats | None = None
-        for group, kept in zip(self._groups, self._initial_selection(), strict=True):
-            group.kept.copy_(kept)
-        self._tracker = DriftTracker([g.kept for g in self._groups], window)
-        self._setup()
-        if self.prune_iters == 0:
-            self._freeze()
+        with torch.no_grad():
+            for group, kept in zip(self._groups, self._initial_selection(), strict=True):
+                group.kept.copy_(kept)
+            self._tracker = DriftTracker([g.kept for g in self._groups], window)
+            self._setup()
+            if self.prune_iters == 0:
+                self._freeze()
 
     # ----- public API -----
     @property
@@ -249,7 +273,7 @@ class Pruner:
         """Call after ``loss.backward()``, before ``optimizer.step()``: gradient telemetry, regularisation."""
         self._had_grads = True
         for g in self._groups:
-            g.grad_sums = grad_sums(self._stack_grads(g))
+            g.grad_sums = grad_sums(self._stack_grads(g), g.buffer("abs_grads", g.params[0].dtype))
         if self.stage == "prune":
             self._regularize()
 
@@ -295,6 +319,7 @@ class Pruner:
             "extra": self._extra_state(),
         }
 
+    @torch.no_grad()
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()`` of a pruner built with the same method, ratio and layers.
 
@@ -317,8 +342,7 @@ class Pruner:
             raise ValueError(f"bad pruner stage {state['stage']!r}")
         for g, kept in zip(self._groups, state["kept"], strict=True):
             g.kept.copy_(kept)
-            g.tau = None
-            g.hard = None
+            g.tau = g.hard = g.scale = None
         self.iteration = int(state["iteration"])
         self.stage = state["stage"]
         if self.stage == "finetune":
@@ -359,17 +383,31 @@ class Pruner:
     def _reselect(self, fixed_rows: list[Tensor] | None = None) -> None:
         """Re-pick unimportant weights by |w| (rows flagged in ``fixed_rows`` keep theirs); count flips."""
         for i, g in enumerate(self._groups):
+            if self.nm is None and g.tau is not None and self._unchanged(g):
+                continue
             kept = ~self._select(g)
             if fixed_rows is not None:
                 kept = torch.where(fixed_rows[i], g.kept, kept)
-            self._tracker.record(i, g.kept, kept)
-            g.kept.copy_(kept)
+            if self._tracker.record(i, g.kept, kept):
+                g.kept.copy_(kept)
+                g.scale = None
+
+    @staticmethod
+    def _unchanged(g: LayerGroup) -> bool:
+        """Fast path: ``|w| > tau`` still equals the kept-mask, so the selection is exact and unchanged.
+
+        The old mask has exactly ``n - k`` entries, all above tau, the others at or below: so the k
+        smallest are exactly the entries at or below tau (one compare, one word-wise equality).
+        """
+        kept = torch.gt(g.magnitudes(), g.tau, out=g.buffer("kept", torch.bool))
+        return same_mask(kept, g.kept)
 
     def _shrink(self, alpha: float) -> None:
         """Multiply the unimportant weights by ``alpha`` in place (0 = hard thresholding)."""
         for g in self._groups:
-            scale = torch.where(g.kept, 1.0, alpha).to(g.modules[0].weight.dtype)
-            torch._foreach_mul_(g.weights, list(scale.unbind(0)))
+            if g.scale is None:
+                g.scale = g.shaped(torch.where(g.kept, 1.0, alpha).to(g.params[0].dtype))
+            torch._foreach_mul_(g.params, g.scale)
 
     def _freeze(self) -> None:
         """Turn the current selection into the hard 0/1 mask of the fine-tuning stage and apply it."""
@@ -379,20 +417,15 @@ class Pruner:
 
     def _make_hard(self) -> None:
         for g in self._groups:
-            g.hard = g.kept.to(g.modules[0].weight.dtype)
+            g.hard = g.shaped(g.kept.to(g.params[0].dtype))
 
     def _apply_hard_mask(self) -> None:
         for g in self._groups:
-            torch._foreach_mul_(g.weights, list(g.hard.unbind(0)))
+            torch._foreach_mul_(g.params, g.hard)
 
     def _stack_grads(self, g: LayerGroup) -> Tensor:
         """Gradients of a group stacked as (layers, n); a layer without gradient counts as zeros."""
-        return torch.stack([self._grad(m).view(-1) for m in g.modules])
-
-    @staticmethod
-    def _grad(module: nn.Module) -> Tensor:
-        w = module.weight
-        return w.grad if w.grad is not None else torch.zeros_like(w)
+        return g.gather([p.grad if p.grad is not None else torch.zeros_like(p) for p in g.params], "grads")
 
     # ----- internals -----
     def _make_groups(
@@ -408,10 +441,11 @@ class Pruner:
             key = (w.numel(), w.device, w.dtype)
             if key not in by_key:
                 k = w.numel() // self.nm[1] * self.nm[0] if self.nm else n_unimportant(self.ratio, w.numel())
-                by_key[key] = LayerGroup([], [], w.numel(), k, torch.empty(0))
+                by_key[key] = LayerGroup([], [], [], w.numel(), k, torch.empty(0))
             order.append((name, (list(by_key).index(key), len(by_key[key].names))))
             by_key[key].names.append(name)
             by_key[key].modules.append(module)
+            by_key[key].params.append(w)
         groups = list(by_key.values())
         for g in groups:
             w = g.modules[0].weight
@@ -419,34 +453,37 @@ class Pruner:
         return groups, order
 
     def _build_stats(self) -> StepStats:
-        flips = [f.tolist() for f in self._tracker.last_flips]
-        moments = [grad_moments(g.grad_sums, g.n) if self._stats_have_grads else None for g in self._groups]
-        out: dict[str, dict] = {k: {} for k in ("flips", "permille", "norm", "var", "var_signed", "kept")}
-        for name, (gi, ri) in self._order:
-            g = self._groups[gi]
-            out["flips"][name] = flips[gi][ri]
-            out["permille"][name] = 1000.0 * flips[gi][ri] / g.n
-            out["kept"][name] = (g.n - g.k) / g.n
-            if moments[gi] is not None:
-                out["norm"][name], out["var"][name], out["var_signed"][name] = (m[ri] for m in moments[gi])
-        total = sum(g.n * len(g.names) for g in self._groups)
-        scalars = torch.stack(
+        """One tensor of per-layer numbers in model order, one ``tolist``: cheap enough for every step."""
+        names = self.layer_names
+        per_group = []
+        for g, flips in zip(self._groups, self._tracker.last_flips, strict=True):
+            parts = [flips.double().unsqueeze(1)]
+            if self._stats_have_grads:
+                parts.append(grad_moments(g.grad_sums, g.n))
+            per_group.append(torch.cat(parts, 1) if len(parts) > 1 else parts[0])
+        table = torch.cat(per_group).index_select(0, self._model_order.to(per_group[0].device)).T.tolist()
+        counts = torch.stack(
             [
                 torch.stack([f.sum() for f in self._tracker.last_flips]).sum(),
                 torch.stack(self._tracker.dist_first).sum(),
                 torch.stack(self._tracker.dist_window).sum(),
             ]
         ).tolist()
+        sizes = self._layer_sizes
+        total = sum(sizes)
+        grads = (
+            [dict(zip(names, col, strict=True)) for col in table[1:]] if self._stats_have_grads else [{}] * 3
+        )
         return StepStats(
             iteration=self.iteration,
             stage=self.stage,
-            flips=out["flips"],
-            flips_permille=out["permille"],
-            grad_norm=out["norm"],
-            grad_var=out["var"],
-            grad_var_signed=out["var_signed"],
-            kept=out["kept"],
-            flips_permille_total=1000.0 * scalars[0] / total,
-            distance_first_permille=1000.0 * scalars[1] / total,
-            distance_window_permille=1000.0 * scalars[2] / total,
+            flips={name: int(f) for name, f in zip(names, table[0], strict=True)},
+            flips_permille={name: 1000.0 * f / n for name, f, n in zip(names, table[0], sizes, strict=True)},
+            grad_norm=grads[0],
+            grad_var=grads[1],
+            grad_var_signed=grads[2],
+            kept=dict(self._kept_ratio),
+            flips_permille_total=1000.0 * counts[0] / total,
+            distance_first_permille=1000.0 * counts[1] / total,
+            distance_window_permille=1000.0 * counts[2] / total,
         )

@@ -37,9 +37,9 @@ class GrowingL2(Pruner):
 
     def _setup(self) -> None:
         self._eta = [
-            torch.zeros(g.kept.shape, dtype=g.modules[0].weight.dtype, device=g.kept.device)
-            for g in self._groups
+            torch.zeros(g.kept.shape, dtype=g.params[0].dtype, device=g.kept.device) for g in self._groups
         ]
+        self._eta_views = [g.shaped(eta) for g, eta in zip(self._groups, self._eta, strict=True)]
 
     def _grow(self, rows: list[Tensor] | None = None) -> None:
         """``eta += delta`` on the unimportant weights (of the flagged rows only, if given), capped."""
@@ -49,11 +49,11 @@ class GrowingL2(Pruner):
 
     def _apply_l2(self) -> None:
         """``grad += eta * w`` for every pruned weight that has a gradient."""
-        for g, eta in zip(self._groups, self._eta, strict=True):
-            for module, row in zip(g.modules, eta, strict=True):
-                w = module.weight
-                if w.grad is not None:
-                    w.grad.addcmul_(row.view(w.shape), w.detach())
+        for g, etas in zip(self._groups, self._eta_views, strict=True):
+            have = [(p.grad, e, p) for p, e in zip(g.params, etas, strict=True) if p.grad is not None]
+            if have:
+                grads, eta, weights = (list(x) for x in zip(*have, strict=True))
+                torch._foreach_addcmul_(grads, eta, weights)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"eta": [e.clone() for e in self._eta]}
