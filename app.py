@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
+import torch
 
 from iss.ui import gpu  # imports ``spaces`` (when installed) before anything initialises CUDA
 from iss.ui import handlers as h
@@ -356,9 +357,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=TITLE)
     parser.add_argument("--data-dir", default=None, help="folder with benchmarks/, train/ ($ISS_DATA_DIR)")
     parser.add_argument("--zoo", default=None, help="zoo manifest (default checkpoints/zoo.json)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     build_demo(args.data_dir, args.zoo).launch(
         server_name=args.host, server_port=args.port, theme=gr.themes.Soft()
     )
