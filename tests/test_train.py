@@ -354,3 +354,13 @@ def test_cli_train_command(stand_ins: dict, tmp_path: Path) -> None:
     assert main(argv) == 0
     assert (Path(config.out) / "model.safetensors").is_file()
     assert main(argv) == 2  # an existing run is not overwritten without --resume
+
+
+@pytest.mark.slow
+def test_periodic_validation_on_set5(stand_ins: dict, benchmarks: Path, tmp_path: Path) -> None:
+    set5 = str(benchmarks / "Set5")
+    config = _config(tmp_path, stand_ins, iters=2, prune_iters=1, val_every=2, val_data=set5)
+    events = list(train_mod.train(config))
+    assert events[0].val_psnr is None and 5.0 < events[1].val_psnr < 40.0
+    last = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[-1])
+    assert last["val_psnr"] == events[1].val_psnr
