@@ -45,6 +45,12 @@ from torch import nn
 OFFICIAL_REG_ITERS = 100_020
 OFFICIAL_STABILIZE = 43_150
 OFFICIAL_SSA = 17_260
+_PAPER_PRUNE_ITERS = {
+    "scratch": 0,
+    "l1": 0,
+    "srp": OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE,
+    "assl": OFFICIAL_SSA + OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE,
+}  # others (iss-p, iht, iss-r): OFFICIAL_REG_ITERS
 
 
 @dataclass
@@ -126,12 +132,12 @@ Preset = Callable[[str, str, "int | None"], dict[str, Any]]  # (arch, method, it
 
 
 def _paper(arch: str, method: str, iters: int | None = None) -> dict[str, Any]:
-    """The official x4 schedules (official_iss.md section 6): batch 32, LR patch 64, K_p ~100k."""
-    prune = {"scratch": 0, "l1": 0, "srp": OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE}.get(
-        method, OFFICIAL_REG_ITERS
-    )
-    if method == "assl":
-        prune = OFFICIAL_SSA + OFFICIAL_REG_ITERS + OFFICIAL_STABILIZE
+    """The official x4 schedules (official_iss.md section 6): batch 32, LR patch 64, K_p ~100k.
+
+    ``iters`` overrides are taken as given (K_p stays official); fine-tuning lengths and milestones as the
+    official yml files, milestones counted from the start of fine-tuning.
+    """
+    prune = _PAPER_PRUNE_ITERS.get(method, OFFICIAL_REG_ITERS)
     if arch == "edsr-l":
         finetune, milestones, lr = 300_000, (200_000,), 1e-4
     elif arch == "swinir-light" and method == "iss-p":
