@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from iss.ui import handlers
-from iss.ui.recording import RUNS, save_recording, save_state
+from iss.ui.recording import RUNS, load_recording, save_recording, save_state
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,11 +45,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--layers", default="all", help="'all' prunable layers, or a comma-separated list")
     p.add_argument("--arch-kwargs", type=json.loads, default={}, help="JSON overrides (tiny test models)")
+    p.add_argument("--rewrite", action="store_true", help="no training: re-save --out in the current format")
+    p.add_argument(
+        "--keep-states", default=None, help="with --rewrite: iterations whose states stay ('last' ok)"
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.rewrite:
+        rewrite(args.out, args.keep_states)
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     layers = None if args.layers == "all" else args.layers.split(",")
@@ -97,6 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     _flush(args.out, run, config, done, started)
     print(f"recorded {done} iterations of both runs in {time.perf_counter() - started:.0f} s -> {args.out}")
     return 0
+
+
+def rewrite(out: Path, keep_states: str | None) -> None:
+    """Re-save a recording's series in the current format; with ``keep_states`` drop the other state files."""
+    config, traces = load_recording(out)
+    if keep_states is not None:
+        last = config["states"][-1]["iteration"] if config["states"] else None
+        wanted = {last if s == "last" else int(s) for s in keep_states.split(",") if s}
+        for state in config["states"]:
+            if state["iteration"] not in wanted:
+                (out / state["file"]).unlink(missing_ok=True)
+        config["states"] = [s for s in config["states"] if s["iteration"] in wanted]
+    save_recording(out, config, traces)
+    kept = [s["iteration"] for s in config["states"]]
+    print(f"rewrote {out}: {config['iterations_done']} iterations, states kept at {kept}")
 
 
 def _save_state(out: Path, run: handlers.LiveRun, iteration: int, config: dict) -> None:

@@ -195,7 +195,7 @@ def test_live_run_state_round_trip(tmp_path: Path) -> None:
     assert config["iterations_done"] == 2 and config["layers"] == run.traces["iss-p"].layers
     assert traces["iht"].loss == pytest.approx(run.traces["iht"].loss, rel=1e-3)
     layer = config["layers"][0]
-    assert traces["iss-p"].grad_norm[layer] == pytest.approx(run.traces["iss-p"].grad_norm[layer], rel=1e-6)
+    assert traces["iss-p"].grad_norm[layer] == pytest.approx(run.traces["iss-p"].grad_norm[layer], rel=0.01)
 
 
 def test_downsample_keeps_mass() -> None:
@@ -245,3 +245,6 @@ def test_record_analysis_script_writes_a_resumable_recording(tmp_path: Path, mon
     assert "iteration 4," in status and "too short" not in status
     figs = h.recorded_figures("rec")
     assert "4 iterations of each run" in figs[-1]
+    assert record.main(["--out", str(out), "--rewrite", "--keep-states", "last"]) == 0
+    assert [s["iteration"] for s in load_recording(out)[0]["states"]] == [4]
+    assert not (out / "state_2.safetensors").exists() and (out / "state_4.safetensors").exists()

@@ -4,7 +4,7 @@ A recording is a folder (``assets/recordings/<name>/``) holding:
 
 - ``run.json``: the run's configuration, the layers traced, seconds per iteration, and the saved states;
 - ``series.npz`` (compressed): per run ``<run>/<series>`` arrays, ``float16`` for losses and per-mille counts,
-  ``float32`` for gradient statistics (their variances underflow float16);
+  ``float16`` log10 for gradient statistics (``<series>_log10``: variances span a dozen decades);
 - ``state_<iteration>.safetensors``: resumable states of both runs: model parameters in ``float16`` under
   ``<run>.model.<name>`` (buffers are rebuilt by the architecture) and the pruner's ``state_dict``
   flattened under ``<run>.pruner.<path>``, bool masks bit-packed (``numpy.packbits``); the pruner's non-tensor
@@ -29,7 +29,7 @@ from torch import nn
 RUNS = ("iss-p", "iht")
 _SCALAR_SERIES = ("loss", "flips_total", "distance_first", "distance_window")
 _LAYER_SERIES = ("flips", "grad_norm", "grad_var")
-_FLOAT32_SERIES = ("grad_norm", "grad_var")
+_LOG10_SERIES = ("grad_norm", "grad_var")  # span many decades (variances ~1e-12): stored as float16 log10
 
 
 @dataclass
@@ -89,9 +89,13 @@ class RunTrace:
         for series in _SCALAR_SERIES:
             arrays[f"{prefix}/{series}"] = np.asarray(getattr(self, series), np.float16)
         for series in _LAYER_SERIES:
-            dtype = np.float32 if series in _FLOAT32_SERIES else np.float16
             for i, name in enumerate(self.layers):
-                arrays[f"{prefix}/{series}/{i}"] = np.asarray(getattr(self, series)[name], dtype)
+                values = np.asarray(getattr(self, series)[name], np.float64)
+                if series in _LOG10_SERIES:
+                    with np.errstate(divide="ignore"):
+                        arrays[f"{prefix}/{series}_log10/{i}"] = np.log10(values).astype(np.float16)
+                else:
+                    arrays[f"{prefix}/{series}/{i}"] = values.astype(np.float16)
         arrays[f"{prefix}/val_iterations"] = np.asarray(self.val_iterations, np.int32)
         arrays[f"{prefix}/val_psnr"] = np.asarray(self.val_psnr, np.float32)
         return arrays
@@ -105,7 +109,12 @@ class RunTrace:
             setattr(trace, series, arrays[f"{prefix}/{series}"].astype(np.float64).tolist())
         for series in _LAYER_SERIES:
             for i, name in enumerate(layers):
-                getattr(trace, series)[name] = arrays[f"{prefix}/{series}/{i}"].astype(np.float64).tolist()
+                log_key = f"{prefix}/{series}_log10/{i}"
+                if log_key in arrays:
+                    values = 10.0 ** arrays[log_key].astype(np.float64)
+                else:  # written before the log10 encoding (float32 values)
+                    values = arrays[f"{prefix}/{series}/{i}"].astype(np.float64)
+                getattr(trace, series)[name] = values.tolist()
         trace.val_iterations = arrays[f"{prefix}/val_iterations"].tolist()
         trace.val_psnr = arrays[f"{prefix}/val_psnr"].astype(np.float64).tolist()
         return trace
