@@ -1,0 +1,395 @@
+"""Sparse CPU inference: run mostly-zero Conv2d/Linear layers with kernels that skip the zeros.
+
+A dense kernel multiplies zeros as fast as anything else, so a pruned model is no faster until its layers
+are swapped for kernels that only touch the non-zero weights. :func:`sparsify` does that swap:
+
+* ``nn.Conv2d`` (k x k, stride 1, "same" zero padding, groups 1) becomes :class:`SparseConv2d`, computed
+  *tap-wise*: one CSR sparse x dense product (MKL, through ``torch.sparse``) per kernel tap, each reading a
+  shifted strided view of the zero-padded, flattened input (no im2col copy), in chunks of output rows so the
+  accumulator stays in cache across the taps. Cost ~ non-zeros instead of weights.
+* ``nn.Linear`` becomes :class:`SparseLinear`: ``W_csr @ x^T`` read through the transposed (channel-major)
+  view of the tokens and returned as a transposed view, so no layout copy is made in or out.
+
+Whether sparse wins depends on the density, the layer shape, the input size and the thread count (on a 2-core
+Zen 4 the break-even is around 80-90 % zeros). So each converted layer decides on its first call: it times its
+dense and sparse kernels, alternately, on that call's input and keeps the faster one (layers with the same
+shape, density, input size and thread count share one measurement). The representation not chosen is dropped.
+Inference only, CPU only. With several threads the chunks are spread over a small pool of Python threads, each
+running single-threaded MKL calls: this avoids an OpenMP barrier per call, which stalls badly on a shared CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["SparseConv2d", "SparseLinear", "is_convertible", "layer_modes", "sparsify", "zero_fraction"]
+
+MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
+ACC_BYTES = 1 << 20  # conv accumulator chunk (stays in L2 across the taps; 1 MiB was best of 128 KiB..1 MiB)
+PARALLEL_MIN_FMAS = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
+COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
+_POOL: ThreadPoolExecutor | None = None
+
+
+def zero_fraction(weight: Tensor) -> float:
+    """Fraction of exactly-zero entries of ``weight`` (the layer's pruning ratio)."""
+    if weight.numel() == 0:
+        return 0.0
+    return 1.0 - torch.count_nonzero(weight).item() / weight.numel()
+
+
+def _to_csr(matrix: Tensor) -> Tensor:
+    """2-D dense matrix -> CSR with int32 indices (MKL's native index type, 1/3 less memory than int64)."""
+    csr = matrix.detach().contiguous().to_sparse_csr()
+    rows, cols = csr.crow_indices().to(torch.int32), csr.col_indices().to(torch.int32)
+    return torch.sparse_csr_tensor(rows, cols, csr.values(), csr.shape)
+
+
+@contextmanager
+def _num_threads(threads: int | None) -> Iterator[None]:
+    """Temporarily run torch with ``threads`` intra-op threads (None: leave as is)."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _time_pair(
+    dense: Callable[[], object], sparse: Callable[[], object], budget_s: float
+) -> tuple[float, float]:
+    """Best-of wall times of ``dense`` and ``sparse``, run alternately so machine load hits both alike."""
+    best_d = best_s = math.inf
+    spent, rounds = 0.0, 0
+    while rounds < 2 or (rounds < 5 and spent < budget_s):  # round 0 is a warm-up (allocations, oneDNN setup)
+        t0 = time.perf_counter()
+        dense()
+        t1 = time.perf_counter()
+        sparse()
+        t2 = time.perf_counter()
+        if rounds > 0:
+            best_d, best_s = min(best_d, t1 - t0), min(best_s, t2 - t1)
+        spent += t2 - t0
+        rounds += 1
+    return best_d, best_s
+
+
+def _pad_for_taps(x: Tensor, p: int) -> Tensor:
+    """Zero-pad by ``p`` on every side plus one extra bottom row, so each tap's flat slice stays in bounds."""
+    n, c, h, w = x.shape
+    out = x.new_empty(n, c, h + 2 * p + 1, w + 2 * p)
+    out[:, :, :p].zero_()
+    out[:, :, p + h :].zero_()
+    out[:, :, p : p + h, :p].zero_()
+    out[:, :, p : p + h, p + w :].zero_()
+    out[:, :, p : p + h, p : p + w] = x
+    return out
+
+
+def _filled(bias: Tensor | None, rows: int, cols: int, dtype: torch.dtype) -> Tensor:
+    """A [rows, cols] accumulator holding the bias column (or zeros)."""
+    if bias is None:
+        return torch.zeros(rows, cols, dtype=dtype)
+    return torch.empty(rows, cols, dtype=dtype).copy_(bias.expand(rows, cols))
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """Process-wide pool of ``threads`` Python threads whose torch kernels run single-threaded."""
+    global _POOL
+    if _POOL is None or _POOL._max_workers != threads:
+        if _POOL is not None:
+            _POOL.shutdown(wait=True)
+        _POOL = ThreadPoolExecutor(threads, "iss-sparse", initializer=torch.set_num_threads, initargs=(1,))
+    return _POOL
+
+
+def _run_chunks(fn: Callable[[object], None], jobs: Sequence[object], fmas: float) -> None:
+    """Run ``fn`` on every job: on this thread for small work (``fmas`` multiply-adds), else spread over
+    ``torch.get_num_threads()`` pool threads.
+
+    A pool thread takes the next chunk when done with one (torch releases the GIL inside the kernels), so a
+    core taken by another process delays one chunk rather than every call.
+    """
+    threads = min(torch.get_num_threads(), len(jobs))
+    if threads <= 1 or fmas < PARALLEL_MIN_FMAS:
+        with _num_threads(1):
+            for job in jobs:
+                fn(job)
+        return
+    inference = torch.is_inference_mode_enabled()
+
+    def run(job: object) -> None:
+        with torch.inference_mode(inference), torch.no_grad():  # both modes are thread-local
+            fn(job)
+
+    with _num_threads(1):  # MKL's thread count may be process-wide: keep each pool thread's calls sequential
+        list(_pool(threads).map(run, jobs))
+
+
+@dataclass
+class _Plan:
+    """Crossover settings and decisions shared by the layers of one :func:`sparsify` call."""
+
+    min_speedup: float = 1.0
+    threads: int | None = None
+    budget_s: float = 0.2
+    decisions: dict[tuple, bool] = field(default_factory=dict)  # layer signature -> use sparse
+
+    def use_sparse(self, key: tuple, dense: Callable[[], object], sparse: Callable[[], object]) -> bool:
+        """Measured decision for layers with signature ``key`` (timed once, then reused)."""
+        if key not in self.decisions:
+            if self.min_speedup <= 0:
+                self.decisions[key] = True
+            elif math.isinf(self.min_speedup):
+                self.decisions[key] = False
+            else:
+                with _num_threads(self.threads), torch.no_grad():
+                    t_dense, t_sparse = _time_pair(dense, sparse, self.budget_s)
+                self.decisions[key] = t_dense >= self.min_speedup * t_sparse
+        return self.decisions[key]
+
+
+class _SparseBase(nn.Module):
+    """Shared state of the sparse layers: the bias, the optional dense fallback weight, the decision."""
+
+    def __init__(self, bias: Tensor | None, zeros: float, plan: _Plan) -> None:
+        super().__init__()
+        self.bias = None if bias is None else bias.detach().clone()
+        self.zeros = zeros
+        self.mode = "undecided"  # -> "sparse" or "dense" on the first forward
+        self._plan = plan
+        self._weight: Tensor | None = None  # dense weight, only kept when dense was faster
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Run the faster kernel (deciding which on the first call)."""
+        if x.device.type != "cpu":
+            raise ValueError(
+                f"sparse kernels run on CPU only, got a {x.device.type} input: use the dense model"
+            )
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise ValueError("sparse layers are inference-only: call them under torch.inference_mode()")
+        if self.mode == "undecided":
+            self._decide((*self._signature(x), round(self.zeros, 3), x.dtype, torch.get_num_threads()), x)
+        if self.mode == "dense":
+            return self._dense_forward(x, self._weight)
+        return self._sparse_forward(x)
+
+    def _decide(self, key: tuple, x: Tensor) -> None:
+        """Time dense vs sparse on ``x`` (or reuse a twin layer's result); drop the losing representation."""
+        weight = self.dense_weight().to(x.dtype)
+        dense, sparse = (lambda: self._dense_forward(x, weight)), (lambda: self._sparse_forward(x))
+        self.mode = "sparse" if self._plan.use_sparse(key, dense, sparse) else "dense"
+        if self.mode == "dense":
+            self._weight = weight
+            self._drop_sparse()
+
+    def extra_repr(self) -> str:
+        return f"zeros={self.zeros:.3f}, mode={self.mode}"
+
+    # Implemented by the layers:
+    def dense_weight(self) -> Tensor:
+        raise NotImplementedError
+
+    def _signature(self, x: Tensor) -> tuple:
+        raise NotImplementedError
+
+    def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _sparse_forward(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _drop_sparse(self) -> None:
+        raise NotImplementedError
+
+
+class SparseConv2d(_SparseBase):
+    """k x k stride-1 'same' convolution computed as k*k CSR products on shifted views of the padded input."""
+
+    def __init__(self, conv: nn.Conv2d, plan: _Plan | None = None) -> None:
+        if not is_convertible(conv):
+            raise ValueError(
+                f"cannot convert {conv}: need stride 1, dilation 1, groups 1, 'same' zero padding"
+            )
+        super().__init__(conv.bias, zero_fraction(conv.weight), plan or _Plan())
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.kernel_size = k = conv.kernel_size[0]
+        weight = conv.weight.detach()
+        # Input channels some weight reads; when few are, only those are gathered and padded (e.g. conv_last).
+        used = torch.nonzero(weight.abs().sum((0, 2, 3))).flatten()
+        self.channels = used if len(used) < COMPACT_BELOW * self.in_channels else None
+        if self.channels is not None:
+            weight = weight[:, self.channels]
+        # taps: (t, [out, in] CSR weight of kernel position t = ky * k + kx); all-zero taps are left out
+        self.taps = [
+            (t, _to_csr(weight[:, :, t // k, t % k]))
+            for t in range(k * k)
+            if weight[:, :, t // k, t % k].any()
+        ]
+        self._dtype = weight.dtype
+
+    def dense_weight(self) -> Tensor:
+        """The dense [out, in, k, k] weight (rebuilt from the CSR taps)."""
+        k = self.kernel_size
+        used = self.in_channels if self.channels is None else len(self.channels)
+        taps = torch.zeros(k * k, self.out_channels, used, dtype=self._dtype)
+        for t, tap in self.taps:
+            taps[t] = tap.to_dense()
+        weight = torch.zeros(self.out_channels, self.in_channels, k * k, dtype=self._dtype)
+        weight[:, self.channels if self.channels is not None else slice(None)] = taps.permute(1, 2, 0)
+        return weight.view(self.out_channels, self.in_channels, k, k)
+
+    def _signature(self, x: Tensor) -> tuple:
+        return ("conv", self.in_channels, self.out_channels, self.kernel_size, *x.shape)
+
+    def _drop_sparse(self) -> None:
+        self.taps = []
+
+    def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.conv2d(x, weight, self.bias, padding=self.kernel_size // 2)
+
+    def _sparse_forward(self, x: Tensor) -> Tensor:
+        """Tap-wise sparse conv over chunks of whole output rows, written into a contiguous NCHW output."""
+        n, _, h, w = x.shape
+        k, p = self.kernel_size, self.kernel_size // 2
+        wp = w + 2 * p
+        if self.channels is not None:
+            x = x.index_select(1, self.channels)
+        flat = _pad_for_taps(x, p).flatten(2)
+        out = x.new_empty(n, self.out_channels, h, w)
+        bias = None if self.bias is None else self.bias.to(x.dtype).view(-1, 1)
+        taps = [((t // k) * wp + t % k, tap) for t, tap in self.taps]
+        rows = max(1, ACC_BYTES // (self.out_channels * wp * x.element_size()))
+        threads = torch.get_num_threads()
+        if threads > 1:  # at least 4 chunks per thread, for balance
+            rows = min(rows, max(1, math.ceil(n * h / (4 * threads))))
+
+        def chunk(job: tuple[int, int]) -> None:
+            i, r0 = job
+            r1 = min(h, r0 + rows)
+            acc = _filled(bias, self.out_channels, (r1 - r0) * wp, x.dtype)
+            for offset, tap in taps:
+                start = offset + r0 * wp
+                acc.addmm_(tap, flat[i, :, start : start + acc.shape[1]])
+            out[i, :, r0:r1] = acc.view(self.out_channels, r1 - r0, wp)[..., :w]
+
+        fmas = n * h * wp * sum(tap.values().numel() for _, tap in taps)
+        _run_chunks(chunk, [(i, r0) for i in range(n) for r0 in range(0, h, rows)], fmas)
+        return out
+
+
+class SparseLinear(_SparseBase):
+    """Linear layer computed as ``W_csr @ x^T`` on the channel-major view of the tokens."""
+
+    def __init__(self, linear: nn.Linear, plan: _Plan | None = None) -> None:
+        super().__init__(linear.bias, zero_fraction(linear.weight), plan or _Plan())
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.csr: Tensor | None = _to_csr(linear.weight)
+
+    def dense_weight(self) -> Tensor:
+        """The dense [out, in] weight (rebuilt from CSR)."""
+        return self.csr.to_dense()
+
+    def _signature(self, x: Tensor) -> tuple:
+        return ("linear", self.in_features, self.out_features, x.numel() // self.in_features)
+
+    def _drop_sparse(self) -> None:
+        self.csr = None
+
+    def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.linear(x, weight, self.bias)
+
+    def _sparse_forward(self, x: Tensor) -> Tensor:
+        """``(W @ x^T)^T``, returned as a transposed view of the channel-major [out, tokens] result.
+
+        No layout copy either way: the tokens are read through their transposed view, and a following
+        SparseLinear (fc2 after fc1 + GELU) gets exactly the channel-major matrix it wants.
+        """
+        tokens = x.reshape(-1, self.in_features)
+        total = tokens.shape[0]
+        bias = None if self.bias is None else self.bias.to(x.dtype).view(-1, 1)
+        out = _filled(bias, self.out_features, total, x.dtype)
+        threads = torch.get_num_threads()
+        step = total if threads == 1 else max(1, math.ceil(total / (4 * threads)))
+
+        def chunk(start: int) -> None:
+            out[:, start : start + step].addmm_(self.csr, tokens[start : start + step].t())
+
+        _run_chunks(chunk, range(0, total, step), total * self.csr.values().numel())
+        return out.t().view(*x.shape[:-1], self.out_features)
+
+
+def is_convertible(module: nn.Module) -> bool:
+    """Whether ``module`` is a layer type/config that a sparse kernel here replaces exactly."""
+    if isinstance(module, nn.Linear):
+        return True
+    if type(module) is not nn.Conv2d:
+        return False
+    k = module.kernel_size
+    return (
+        k[0] == k[1]
+        and k[0] % 2 == 1
+        and module.stride == (1, 1)
+        and module.dilation == (1, 1)
+        and module.groups == 1
+        and module.padding_mode == "zeros"
+        and module.padding in ((k[0] // 2, k[0] // 2), "same")
+    )
+
+
+def _candidates(model: nn.Module, min_zeros: float) -> list[tuple[nn.Module, str, nn.Module]]:
+    """(parent, attribute, layer) for every convertible layer with at least ``min_zeros`` zero weights."""
+    found = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if is_convertible(child) and child.weight.numel() and zero_fraction(child.weight) >= min_zeros:
+                found.append((parent, name, child))
+    return found
+
+
+def sparsify(
+    model: nn.Module, *, min_speedup: float = 1.0, threads: int | None = None, min_zeros: float = MIN_ZEROS
+) -> nn.Module:
+    """Copy of ``model`` whose mostly-zero Conv2d/Linear layers run sparse kernels where measured faster.
+
+    Args:
+        model: any module; it is not modified (the weights of converted layers are shared during the copy
+            instead of duplicated, then re-encoded as CSR).
+        min_speedup: a layer runs sparse only if dense time / sparse time >= this on its first input
+            (0: always sparse; ``math.inf``: always dense).
+        threads: thread count to time the kernels with (default: torch's setting at the first call).
+        min_zeros: layers with a smaller zero fraction stay plain ``nn.Conv2d`` / ``nn.Linear``.
+
+    The result is for CPU inference (``torch.inference_mode()``); its first forward is slower since it times
+    each distinct layer once. ``layer_modes(result)`` says what each layer chose.
+    """
+    if not min_speedup >= 0:
+        raise ValueError(f"min_speedup must be >= 0, got {min_speedup}")
+    if not 0.0 <= min_zeros <= 1.0:
+        raise ValueError(f"min_zeros must be in [0, 1], got {min_zeros}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    shared = {id(t): t for _, _, layer in _candidates(model, min_zeros) for t in layer.parameters()}
+    result = copy.deepcopy(model, memo=shared)
+    plan = _Plan(min_speedup=min_speedup, threads=threads)
+    for parent, name, layer in _candidates(result, min_zeros):
+        cls = SparseLinear if isinstance(layer, nn.Linear) else SparseConv2d
+        setattr(parent, name, cls(layer, plan))
+    return result.eval()
+
+
+def layer_modes(model: nn.Module) -> dict[str, str]:
+    """Name -> "sparse" / "dense" / "undecided" for every sparse layer of a :func:`sparsify`-ed model."""
+    return {name: m.mode for name, m in model.named_modules() if isinstance(m, _SparseBase)}

@@ -1,0 +1,200 @@
+"""iss.sparse: sparse kernels equal the dense layers, the measured per-layer fallback, no side effects."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from iss import archs, sparse
+from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
+
+RATIOS = (0.9, 0.95, 0.99)
+# Small constructor overrides per registered backbone (every registered arch needs one, see the test below).
+TINY = {
+    "swinir-light": dict(embed_dim=12, depths=(2, 2), num_heads=(2, 2)),
+    "edsr-l": dict(num_feat=16, num_block=2),
+    "edsr-baseline": dict(num_feat=16, num_block=2),
+    "cat-r": dict(
+        embed_dim=96, depth=(1,), num_heads=(2,), split_size_0=(4,), split_size_1=(16,), mlp_ratio=1.0
+    ),
+}
+
+
+def random_masks_(model: nn.Module, ratio: float, seed: int = 0) -> nn.Module:
+    """Zero exactly round(ratio * numel) random weights of every Conv2d/Linear."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                flat = m.weight.view(-1)
+                flat[torch.randperm(flat.numel(), generator=gen)[: round(ratio * flat.numel())]] = 0
+    return model
+
+
+def masked(module: nn.Module, ratio: float = 0.95, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return random_masks_(module, ratio, seed).eval()
+
+
+def test_every_backbone_has_a_tiny_config() -> None:
+    assert set(TINY) == set(archs.list_archs())
+
+
+@pytest.mark.parametrize("ratio", RATIOS)
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_backbone_sparse_equals_dense(name: str, ratio: float) -> None:
+    torch.manual_seed(0)
+    model = masked(archs.build(name, 2, **TINY[name]), ratio)
+    fast = sparsify(model, min_speedup=0.0)  # force the sparse kernels on every convertible layer
+    x = torch.rand(1, 3, 13, 19)  # odd sizes: exercises the models' padding and the kernels' borders
+    with torch.inference_mode():
+        expected, got = model(x), fast(x)
+    modes = layer_modes(fast)
+    assert modes and set(modes.values()) == {"sparse"}
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kernel", [1, 3, 5])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_matches_dense(kernel: int, bias: bool) -> None:
+    conv = masked(nn.Conv2d(6, 10, kernel, padding=kernel // 2, bias=bias), 0.9)
+    layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0))
+    x = torch.randn(2, 6, 9, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), conv(x), atol=1e-5, rtol=0)
+    assert layer.mode == "sparse"
+
+
+def test_linear_matches_dense_on_any_leading_shape() -> None:
+    mlp = masked(nn.Sequential(nn.Linear(12, 20), nn.GELU(), nn.Linear(20, 12, bias=False)), 0.9)
+    fast = sparsify(mlp, min_speedup=0.0)
+    x = torch.randn(2, 5, 3, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), mlp(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(fast[0](x[0, 0]), mlp[0](x[0, 0]), atol=1e-5, rtol=0)
+
+
+def test_conv_reading_few_input_channels_gathers_them() -> None:
+    conv = nn.Conv2d(16, 3, 3, padding=1)
+    with torch.no_grad():
+        conv.weight[:, 4:] = 0  # only input channels 0-3 are read
+    layer = SparseConv2d(masked(conv, 0.5), sparse._Plan(min_speedup=0.0))
+    assert layer.channels is not None and len(layer.channels) <= 4
+    x = torch.randn(1, 16, 7, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), conv(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(layer.dense_weight(), conv.weight, atol=0, rtol=0)
+
+
+def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny chunks on 2 threads: the pool path (several chunks per thread) gives the same result."""
+    monkeypatch.setattr(sparse, "ACC_BYTES", 64)
+    net = masked(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(2), nn.Linear(30, 16)), 0.9)
+    fast = sparsify(net, min_speedup=0.0)
+    x = torch.randn(3, 4, 5, 6)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_dense_and_unsupported_layers_stay_dense() -> None:
+    net = nn.Sequential(
+        masked(nn.Conv2d(4, 4, 3, padding=1), 0.95),
+        nn.Conv2d(4, 4, 3, padding=1),  # no zeros
+        masked(nn.Conv2d(4, 4, 3, stride=2, padding=1), 0.95),  # strided: no exact sparse kernel here
+        masked(nn.Conv2d(4, 4, 3, padding=1, groups=2), 0.95),
+        masked(nn.Conv2d(4, 4, 3, padding=0), 0.95),  # not "same"
+    )
+    fast = sparsify(net, min_speedup=0.0)
+    assert isinstance(fast[0], SparseConv2d)
+    assert all(type(fast[i]) is nn.Conv2d for i in range(1, 5))
+
+
+def test_layer_where_sparse_is_slower_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    conv = masked(nn.Conv2d(8, 8, 3, padding=1), 0.99)
+    slow_kernel = SparseConv2d._sparse_forward
+
+    def slowed(self: SparseConv2d, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.1)
+        return slow_kernel(self, x)
+
+    monkeypatch.setattr(SparseConv2d, "_sparse_forward", slowed)
+    fast = sparsify(nn.Sequential(conv), min_speedup=1.0)
+    x = torch.randn(1, 8, 6, 6)
+    with torch.inference_mode():
+        y = fast(x)
+    assert layer_modes(fast) == {"0": "dense"}
+    assert fast[0].taps == []  # the losing CSR copy is dropped
+    torch.testing.assert_close(y, conv(x), atol=1e-5, rtol=0)
+
+
+def test_measured_decision_prefers_sparse_when_it_is_much_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The crossover is a measurement: slow the dense kernel down and sparse wins."""
+    conv = masked(nn.Conv2d(8, 8, 3, padding=1), 0.99)
+    dense_kernel = SparseConv2d._dense_forward
+
+    def slowed(self: SparseConv2d, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.1)
+        return dense_kernel(self, x, weight)
+
+    monkeypatch.setattr(SparseConv2d, "_dense_forward", slowed)
+    fast = sparsify(nn.Sequential(conv))
+    with torch.inference_mode():
+        fast(torch.randn(1, 8, 6, 6))
+    assert layer_modes(fast) == {"0": "sparse"}
+
+
+def test_twin_layers_share_one_measurement(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    timer = sparse._time_pair
+    monkeypatch.setattr(sparse, "_time_pair", lambda *a: calls.append(1) or timer(*a))
+    net = nn.Sequential(*(masked(nn.Conv2d(8, 8, 3, padding=1), 0.95, seed=i) for i in range(3)))
+    fast = sparsify(net)
+    with torch.inference_mode():
+        fast(torch.randn(1, 8, 10, 10))
+    assert len(calls) == 1
+    assert len(set(layer_modes(fast).values())) == 1
+
+
+def test_forced_dense_keeps_outputs_and_drops_csr() -> None:
+    net = masked(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 3, 3, padding=1)), 0.9)
+    fast = sparsify(net, min_speedup=math.inf)
+    x = torch.rand(1, 3, 7, 5)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
+    assert set(layer_modes(fast).values()) == {"dense"}
+
+
+def test_original_model_is_untouched() -> None:
+    torch.manual_seed(0)
+    model = masked(archs.build("edsr-l", 2, **TINY["edsr-l"]), 0.95)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fast = sparsify(model, min_speedup=0.0)
+    with torch.inference_mode():
+        fast(torch.rand(1, 3, 8, 8))
+    assert fast is not model
+    assert not any(isinstance(m, (SparseConv2d, SparseLinear)) for m in model.modules())
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert fast.scale == model.scale
+
+
+def test_rejects_bad_arguments_and_training_use() -> None:
+    net = nn.Sequential(masked(nn.Linear(8, 8), 0.95))
+    with pytest.raises(ValueError, match="min_speedup"):
+        sparsify(net, min_speedup=-1)
+    with pytest.raises(ValueError, match="threads"):
+        sparsify(net, threads=0)
+    fast = sparsify(net, min_speedup=0.0)
+    with pytest.raises(ValueError, match="inference-only"):
+        fast(torch.randn(2, 8, requires_grad=True))
