@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .telemetry import DriftTracker, StepStats, grad_moments, grad_sums, same_mask
+from .telemetry import DriftTracker, StepStats, grad_moments, grad_sums
 
 LEARNABLE = (nn.Conv2d, nn.Linear)
 STAGES = ("prune", "finetune")
@@ -141,6 +141,15 @@ def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
     equal = a == tau
     need = k - less.sum(1, keepdim=True)
     return less | (equal & (equal.cumsum(1) <= need))
+
+
+def differing_rows(x: Tensor, y: Tensor) -> Tensor:
+    """Indices of the rows where two (rows, n) bool tensors differ, compared as machine words."""
+    n = x.shape[1]
+    word = next(
+        d for b, d in ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8)) if n % b == 0
+    )
+    return (x.view(word) != y.view(word)).any(1).nonzero().squeeze(1)
 
 
 def select_nm(a: Tensor, n_small: int, m: int) -> Tensor:
@@ -273,7 +282,7 @@ class Pruner:
         """Call after ``loss.backward()``, before ``optimizer.step()``: gradient telemetry, regularisation."""
         self._had_grads = True
         for g in self._groups:
-            g.grad_sums = grad_sums(self._stack_grads(g), g.buffer("abs_grads", g.params[0].dtype))
+            g.grad_sums = grad_sums(self._stack_grads(g), g.buffer("magnitudes", g.params[0].dtype))
         if self.stage == "prune":
             self._regularize()
 
@@ -372,35 +381,40 @@ class Pruner:
         """Restore what ``_extra_state`` saved."""
 
     # ----- helpers for methods -----
-    def _select(self, g: LayerGroup) -> Tensor:
-        """Unimportant-mask (layers, n) of a group from the current weights; updates the threshold hint."""
-        a = g.magnitudes()
+    def _select(self, g: LayerGroup, a: Tensor | None = None) -> Tensor:
+        """Unimportant-mask (layers, n) of a group from |w| (``a`` if given); updates the threshold hint."""
+        a = g.magnitudes() if a is None else a
         if self.nm is not None:
             return select_nm(a, *self.nm)
         below, g.tau = select_smallest(a, g.k, g.tau)
         return below
 
     def _reselect(self, fixed_rows: list[Tensor] | None = None) -> None:
-        """Re-pick unimportant weights by |w| (rows flagged in ``fixed_rows`` keep theirs); count flips."""
-        for i, g in enumerate(self._groups):
-            if self.nm is None and g.tau is not None and self._unchanged(g):
-                continue
-            kept = ~self._select(g)
-            if fixed_rows is not None:
-                kept = torch.where(fixed_rows[i], g.kept, kept)
-            if self._tracker.record(i, g.kept, kept):
-                g.kept.copy_(kept)
-                g.scale = None
+        """Re-pick unimportant weights by |w| (rows flagged in ``fixed_rows`` keep theirs); count flips.
 
-    @staticmethod
-    def _unchanged(g: LayerGroup) -> bool:
-        """Fast path: ``|w| > tau`` still equals the kept-mask, so the selection is exact and unchanged.
-
-        The old mask has exactly ``n - k`` entries, all above tau, the others at or below: so the k
-        smallest are exactly the entries at or below tau (one compare, one word-wise equality).
+        Fast path: ``|w| > tau`` (tau from the last selection) is compared word-wise with the kept-mask;
+        only layers (rows) where it differs are selected again. A row where it still matches is exact: its
+        old mask has ``n - k`` entries above tau and the rest at or below, so the k smallest are those.
         """
-        kept = torch.gt(g.magnitudes(), g.tau, out=g.buffer("kept", torch.bool))
-        return same_mask(kept, g.kept)
+        for i, g in enumerate(self._groups):
+            a = g.magnitudes()
+            if self.nm is not None or g.tau is None:
+                rows = torch.arange(len(g.names), device=a.device)
+                kept = ~self._select(g, a)
+            else:
+                candidate = torch.gt(a, g.tau, out=g.buffer("kept", torch.bool))
+                rows = differing_rows(candidate, g.kept)
+                if rows.numel() == 0:
+                    continue
+                below, tau = select_smallest(a.index_select(0, rows), g.k, g.tau.index_select(0, rows))
+                g.tau.index_copy_(0, rows, tau)
+                kept = ~below
+            old = g.kept.index_select(0, rows)
+            if fixed_rows is not None:
+                kept = torch.where(fixed_rows[i].index_select(0, rows), old, kept)
+            if self._tracker.record(i, rows, old, kept):
+                g.kept.index_copy_(0, rows, kept)
+                g.scale = None
 
     def _shrink(self, alpha: float) -> None:
         """Multiply the unimportant weights by ``alpha`` in place (0 = hard thresholding)."""
@@ -418,6 +432,7 @@ class Pruner:
     def _make_hard(self) -> None:
         for g in self._groups:
             g.hard = g.shaped(g.kept.to(g.params[0].dtype))
+            g.scale = None
 
     def _apply_hard_mask(self) -> None:
         for g in self._groups:
@@ -465,7 +480,7 @@ class Pruner:
         counts = torch.stack(
             [
                 torch.stack([f.sum() for f in self._tracker.last_flips]).sum(),
-                torch.stack(self._tracker.dist_first).sum(),
+                torch.stack([d.sum() for d in self._tracker.dist_first]).sum(),
                 torch.stack(self._tracker.dist_window).sum(),
             ]
         ).tolist()

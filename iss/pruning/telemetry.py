@@ -85,17 +85,19 @@ class DriftTracker:
         self._pending: list[list[Tensor]] = [[] for _ in first]
         self.last_flips = [torch.zeros(m.shape[0], dtype=torch.long, device=m.device) for m in first]
         self.flips = [f.clone() for f in self.last_flips]
-        self.dist_first = [torch.zeros((), dtype=torch.long, device=m.device) for m in first]
+        self.dist_first = [torch.zeros(m.shape[0], dtype=torch.long, device=m.device) for m in first]
         self.dist_window = [torch.zeros((), dtype=torch.long, device=m.device) for m in first]
 
-    def record(self, group: int, old: Tensor, new: Tensor) -> bool:
-        """Count the flips between two (layers, n) masks of one group, update the distances; any flip?"""
+    def record(self, group: int, rows: Tensor, old: Tensor, new: Tensor) -> bool:
+        """Flips between old and new masks of some rows (layers) of a group; update distances; any flip?"""
         if same_mask(old, new):
             return False
         changed = old ^ new
-        self.flips[group] = self.flips[group] + changed.sum(1)
-        self.dist_first[group] = (new ^ self.first[group]).sum()
-        self._pending[group].append(changed.view(-1).nonzero().squeeze(1))
+        self.flips[group].index_add_(0, rows, changed.sum(1))
+        first = self.first[group].index_select(0, rows)
+        self.dist_first[group].index_copy_(0, rows, (new ^ first).sum(1))
+        where = changed.nonzero()
+        self._pending[group].append(rows[where[:, 0]] * changed.shape[1] + where[:, 1])
         return True
 
     def end_iteration(self) -> None:
@@ -156,7 +158,7 @@ class DriftTracker:
             for g, idx in enumerate(entry):
                 if idx.numel():
                     self._toggle(g, idx)
-        self.dist_first = [(c ^ f).sum() for c, f in zip(current, self.first, strict=True)]
+        self.dist_first = [(c ^ f).sum(1) for c, f in zip(current, self.first, strict=True)]
         self.dist_window = [x.sum() for x in self._window_xor]
         self.last_flips = [torch.zeros_like(f) for f in self.last_flips]
         self.reset_flips()
