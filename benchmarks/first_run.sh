@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 DATA=${ISS_DATA_DIR:-../shared/data}
 OUT=${OUT:-runs/first_run}
 METHODS=${METHODS:-"iss-p iht l1 scratch"}
-ITERS=${ITERS:-1400}            # total iterations per method (the budget)
-PRUNE_ITERS=${PRUNE_ITERS:-800}  # K_p for iss-p and iht (4/7 of the budget); l1/scratch fine-tune throughout
+ITERS=${ITERS:-1600}            # total iterations per method (the budget)
+PRUNE_ITERS=${PRUNE_ITERS:-800}  # K_p = ITERS / 2 for iss-p and iht; l1/scratch fine-tune throughout
 BATCH=${BATCH:-4}
 PATCH=${PATCH:-16}               # LR patch (HR 64)
 SEED=${SEED:-0}
