@@ -679,6 +679,11 @@ def live_status(run: LiveRun, done: int, total: int, elapsed: float, cap: int, n
             "recorded runs, to see "
             "the steady-state regime where ISS-P's mask moves faster than IHT's."
         )
+    if run.start_iteration:
+        lines.append(
+            f"Resumed both runs from a recorded state at iteration {run.start_iteration} (backbone, scale, "
+            "ratio, alpha and K_p come from the recording; Adam restarts, so the first steps are larger)."
+        )
     if note:
         lines.append(note)
     return "\n\n".join(lines)
