@@ -21,15 +21,15 @@ import iss
 from iss.ui import handlers as h
 
 
-def compare_latency(size: int = 128, scale: int = 4) -> dict:
+def compare_latency(size: int = 128, scale: int = 4, zoo_path: str | None = None) -> dict:
     """Cold and warm wall time of one comparison over bicubic and all bundled x{scale} checkpoints."""
     hr = iss.data.read_image(h.EXAMPLES_DIR / "pagoda.png")
     lr = np.ascontiguousarray(hr[:size, :size])
-    methods = [h.BICUBIC, *(e.name for e in h.zoo() if int(e.scale) == scale)]
+    methods = [h.BICUBIC, *(e.name for e in h.zoo(zoo_path) if int(e.scale) == scale)]
     result = {"input": f"{size}x{size} LR, x{scale}", "methods": methods}
     for run in ("cold", "warm"):
         start = time.perf_counter()
-        comp = h.compare(lr, scale, methods, h.MODE_LR, device="cpu")
+        comp = h.compare(lr, scale, methods, h.MODE_LR, device="cpu", zoo_path=zoo_path)
         result[f"{run}_seconds"] = round(time.perf_counter() - start, 2)
         result[f"{run}_per_method"] = {row[0]: row[-1] if row[-1] != "" else row[1] for row in comp.rows}
     return result
@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--iterations", type=int, default=20, help="live iterations to time after the first plot")
+    p.add_argument("--zoo", default=None, help="zoo manifest (default checkpoints/zoo.json)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    report = {"threads": torch.get_num_threads(), "compare": compare_latency()}
+    report = {"threads": torch.get_num_threads(), "compare": compare_latency(zoo_path=args.zoo)}
     report["live"] = first_plot_latency(args.iterations)
     print(json.dumps(report, indent=1))
     return 0
