@@ -203,6 +203,7 @@ def test_parameter_identity_biases_untouched():
 def test_include_exclude_globs():
     assert set(pruning.build("l1", tiny_model(), 0.5, exclude=["6*"]).masks) == {"0.weight", "2.weight"}
     assert set(pruning.build("l1", tiny_model(), 0.5, include=["2"]).masks) == {"2.weight"}
+    assert set(pruning.build("l1", tiny_model(), 0.5, include="2").masks) == {"2.weight"}  # one glob
     assert set(pruning.build("l1", tiny_model(), 0.5, include=["*.weight"], exclude=["0.*"]).masks) == {
         "2.weight", "6.weight",
     }  # fmt: skip

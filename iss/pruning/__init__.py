@@ -1,7 +1,20 @@
-"""Pruning methods for training sparse SR networks from random initialisation.
+"""Pruning methods for training sparse SR networks from random initialisation (paper Sec. 3, 4).
 
-``build(method, model, ratio, **options)`` returns a ``Pruner``; call ``pruner.before_step()`` after
-``loss.backward()`` and ``pruner.step()`` after every ``optimizer.step()`` (see ``iss.pruning.base``).
+``build(method, model, ratio, **options)`` returns a ``Pruner``; in the training loop call
+``pruner.before_step()`` after ``loss.backward()`` and ``pruner.step()`` after every ``optimizer.step()``
+(details and the first-iteration note in ``iss.pruning.base``)::
+
+    pruner = iss.pruning.build("iss-p", model, 0.95, prune_iters=100_000)   # alpha=0.95
+    pruner.add_callback(lambda stats: print(stats.iteration, stats.flips_permille_total))
+
+Methods (``list_methods()``, options with defaults: ``options(method)``):
+
+* ``scratch``: random mask + fresh init; ``l1``: one-shot |w| mask at init (both ``finetune`` at once);
+* ``iht`` / ``iss-p``: re-select every step, zero / multiply by ``alpha`` for ``prune_iters``, then freeze;
+* ``iss-r``, ``srp``, ``assl``: growing L2 schedules (``iss.pruning.schedule``): give ``prune_iters`` to fit
+  the official schedule's proportions into a short budget, or nothing for the official lengths.
+
+Every method accepts ``include``/``exclude`` (fnmatch globs), ``nm="N:M"`` and ``window``.
 """
 
 from __future__ import annotations

@@ -76,6 +76,9 @@ def find_layers(
     """``(weight name, module)`` of every Conv2d/Linear, filtered by fnmatch globs on module/weight name."""
     if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
         model = model.module
+    model = getattr(model, "_orig_mod", model)  # torch.compile wrapper
+    include = (include,) if isinstance(include, str) else include
+    exclude = (exclude,) if isinstance(exclude, str) else exclude
     seen: set[int] = set()
     layers = []
     for name, module in model.named_modules():

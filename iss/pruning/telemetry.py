@@ -82,7 +82,8 @@ class DriftTracker:
         self.first = [m.clone() for m in first]
         self._window_xor = [torch.zeros_like(m) for m in first]
         self._ring: deque[list[Tensor]] = deque()
-        self._pending: list[list[Tensor]] = [[] for _ in first]
+        self._pending: list[list[Tensor]] = [[] for _ in first]  # flip positions of this iteration
+        self._empty = [torch.zeros(0, dtype=torch.long, device=m.device) for m in first]
         self.last_flips = [torch.zeros(m.shape[0], dtype=torch.long, device=m.device) for m in first]
         self.flips = [f.clone() for f in self.last_flips]
         self.dist_first = [torch.zeros(m.shape[0], dtype=torch.long, device=m.device) for m in first]
@@ -125,7 +126,7 @@ class DriftTracker:
     def _join(self, group: int) -> Tensor:
         parts = self._pending[group]
         if not parts:
-            return torch.zeros(0, dtype=torch.long, device=self.first[group].device)
+            return self._empty[group]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _toggle(self, group: int, idx: Tensor) -> None:
