@@ -175,7 +175,8 @@ class LayerGroup:
     tau: Tensor | None = None  # (layers, 1) threshold hint from the last selection
     hard: list[Tensor] | None = None  # float 0/1 masks shaped like the weights, once frozen
     grad_sums: Tensor | None = None  # (layers, 3) from the last before_step
-    scale: list[Tensor] | None = None  # shrink factors shaped like the weights, while the selection holds
+    scale_ready: bool = False  # the "scale" buffer holds the shrink factors of the selection...
+    stale: Tensor | None = None  # ...except for these rows (layers), whose selection changed since
     _buffers: dict[str, tuple[Tensor, list[Tensor]]] = field(default_factory=dict, repr=False)
 
     def shaped(self, t: Tensor) -> list[Tensor]:
@@ -184,19 +185,27 @@ class LayerGroup:
 
     def buffer(self, slot: str, dtype: torch.dtype) -> Tensor:
         """A (layers, n) scratch tensor reused across steps (one per slot)."""
-        return self._slot(slot, dtype)[0]
+        return self.slot(slot, dtype)[0]
 
     def gather(self, tensors: list[Tensor], slot: str) -> Tensor:
         """Copy one tensor per layer (weights, gradients) into the (layers, n) buffer ``slot``, one call."""
-        buf, views = self._slot(slot, tensors[0].dtype)
+        buf, views = self.slot(slot, tensors[0].dtype)
         torch._foreach_copy_(views, tensors)
         return buf
 
     def magnitudes(self) -> Tensor:
-        """``|w|`` stacked as (layers, n)."""
-        return self.gather(self.params, "magnitudes").abs_()
+        """``|w|`` stacked as (layers, n) (one pass per layer, straight into the buffer)."""
+        buf, views = self.slot("magnitudes", self.params[0].dtype)
+        for view, p in zip(views, self.params, strict=True):
+            torch.abs(p, out=view)
+        return buf
 
-    def _slot(self, slot: str, dtype: torch.dtype) -> tuple[Tensor, list[Tensor]]:
+    def release(self, slot: str) -> None:
+        """Free a buffer that is no longer needed."""
+        self._buffers.pop(slot, None)
+
+    def slot(self, slot: str, dtype: torch.dtype) -> tuple[Tensor, list[Tensor]]:
+        """The (layers, n) buffer ``slot`` and its rows shaped like the weights, made once."""
         entry = self._buffers.get(slot)
         device = self.kept.device
         if entry is None or entry[0].dtype != dtype or entry[0].device != device:
@@ -354,7 +363,8 @@ class Pruner:
             raise ValueError(f"bad pruner stage {state['stage']!r}")
         for g, kept in zip(self._groups, state["kept"], strict=True):
             g.kept.copy_(kept)
-            g.tau = g.hard = g.scale = None
+            g.tau = g.hard = g.stale = None
+            g.scale_ready = False
         self.iteration = int(state["iteration"])
         self.stage = state["stage"]
         if self.stage == "finetune":
@@ -417,14 +427,19 @@ class Pruner:
                 kept = torch.where(fixed_rows[i].index_select(0, rows), old, kept)
             if self._tracker.record(i, rows, old, kept):
                 g.kept.index_copy_(0, rows, kept)
-                g.scale = None
+                g.stale = rows if g.stale is None else torch.cat((g.stale, rows))
 
     def _shrink(self, alpha: float) -> None:
         """Multiply the unimportant weights by ``alpha`` in place (0 = hard thresholding)."""
         for g in self._groups:
-            if g.scale is None:
-                g.scale = g.shaped(torch.where(g.kept, 1.0, alpha).to(g.params[0].dtype))
-            torch._foreach_mul_(g.params, g.scale)
+            scale, views = g.slot("scale", g.params[0].dtype)
+            if not g.scale_ready:
+                scale.fill_(alpha).masked_fill_(g.kept, 1.0)
+            elif g.stale is not None:
+                factors = torch.where(g.kept.index_select(0, g.stale), 1.0, alpha).to(scale.dtype)
+                scale.index_copy_(0, g.stale, factors)
+            g.scale_ready, g.stale = True, None
+            torch._foreach_mul_(g.params, views)
 
     def _freeze(self) -> None:
         """Turn the current selection into the hard 0/1 mask of the fine-tuning stage and apply it."""
@@ -435,7 +450,8 @@ class Pruner:
     def _make_hard(self) -> None:
         for g in self._groups:
             g.hard = g.shaped(g.kept.to(g.params[0].dtype))
-            g.scale = None
+            g.release("scale")
+            g.scale_ready, g.stale = False, None
 
     def _apply_hard_mask(self) -> None:
         for g in self._groups:
