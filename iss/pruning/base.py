@@ -37,7 +37,8 @@ from .telemetry import DriftTracker, StepStats, grad_moments, grad_sums
 
 LEARNABLE = (nn.Conv2d, nn.Linear)
 STAGES = ("prune", "finetune")
-# Largest per-row miss of the threshold hint repaired with a partial top-k before a full kthvalue is cheaper.
+# Largest per-row miss of the threshold hint repaired with a partial top-k (or n/256 if larger): beyond it
+# one kthvalue is cheaper (CPU: top-2049 of 589,824 values costs a quarter of a kthvalue).
 _HINT_REPAIR_LIMIT = 128
 
 
@@ -97,6 +98,11 @@ def find_layers(
     return layers
 
 
+def count_true(mask: Tensor) -> Tensor:
+    """Per-row count of a (rows, n) bool tensor as (rows, 1) int64 (summing as int32 is ~6x faster on CPU)."""
+    return mask.sum(1, keepdim=True, dtype=torch.int32).long()
+
+
 def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The ``k`` smallest entries of each row of ``a`` (rows, n): a bool mask and a threshold per row.
 
@@ -107,18 +113,18 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
     """
     if hint is not None:
         below = a <= hint
-        miss = below.sum(1, keepdim=True) - k
+        miss = count_true(below) - k
         worst = int(miss.abs().max())
         if worst == 0:
             return below, hint
-        if worst <= _HINT_REPAIR_LIMIT:
+        if worst <= max(_HINT_REPAIR_LIMIT, a.shape[1] // 256):
             tau = _repair_threshold(a, below, miss, worst, hint)
         else:
             tau = a.kthvalue(k, dim=1, keepdim=True).values
     else:
         tau = a.kthvalue(k, dim=1, keepdim=True).values
     below = a <= tau
-    counts = below.sum(1, keepdim=True)
+    counts = count_true(below)
     if bool((counts != k).any()):
         below = _break_ties(a, tau, k)
     return below, tau
@@ -142,7 +148,7 @@ def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
     """``a < tau`` plus as many entries equal to ``tau`` as needed for k, lowest indices first."""
     less = a < tau
     equal = a == tau
-    need = k - less.sum(1, keepdim=True)
+    need = k - count_true(less)
     return less | (equal & (equal.cumsum(1) <= need))
 
 

@@ -94,9 +94,9 @@ class DriftTracker:
         if same_mask(old, new):
             return False
         changed = old ^ new
-        self.flips[group].index_add_(0, rows, changed.sum(1))
+        self.flips[group].index_add_(0, rows, changed.sum(1, dtype=torch.int32).long())
         first = self.first[group].index_select(0, rows)
-        self.dist_first[group].index_copy_(0, rows, (new ^ first).sum(1))
+        self.dist_first[group].index_copy_(0, rows, (new ^ first).sum(1, dtype=torch.int32).long())
         where = changed.nonzero()
         self._pending[group].append(rows[where[:, 0]] * changed.shape[1] + where[:, 1])
         return True
@@ -114,7 +114,7 @@ class DriftTracker:
                     self._toggle(g, idx)
                     touched.add(g)
         for g in touched:
-            self.dist_window[g] = self._window_xor[g].sum()
+            self.dist_window[g] = self._window_xor[g].sum(dtype=torch.int32).long()
         self.last_flips = self.flips
         self.reset_flips()
 
@@ -159,7 +159,9 @@ class DriftTracker:
             for g, idx in enumerate(entry):
                 if idx.numel():
                     self._toggle(g, idx)
-        self.dist_first = [(c ^ f).sum(1) for c, f in zip(current, self.first, strict=True)]
+        self.dist_first = [
+            (c ^ f).sum(1, dtype=torch.int32).long() for c, f in zip(current, self.first, strict=True)
+        ]
         self.dist_window = [x.sum() for x in self._window_xor]
         self.last_flips = [torch.zeros_like(f) for f in self.last_flips]
         self.reset_flips()
