@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 import torch
 
+import iss
 from iss.ui import gpu  # imports ``spaces`` (when installed) before anything initialises CUDA
 from iss.ui import handlers as h
 
@@ -40,7 +41,7 @@ def _compare_outputs(comp: h.Comparison, left: str, right: str, box: tuple[int, 
     choices = h.pair_choices(comp)
     message = comp.message
     if comp.hr is None:
-        message += " LR mode: no reference, so no PSNR/SSIM."
+        message += "\n\nLR mode: no reference, so no PSNR/SSIM."
     return (
         h.slider_pair(comp, left, right),
         h.overview(comp, box),
@@ -97,6 +98,7 @@ def _choices_for(arch: str, scale: int, zoo_path: str | None = None) -> tuple:
 
 
 def _methods_for(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> Any:
+    """All matching methods, selected, when the ratio changes."""
     methods = h.method_choices(arch, int(scale), ratio, zoo_path)
     return gr.update(choices=methods, value=methods)
 
@@ -222,22 +224,24 @@ def _layers_for(arch: str, scale: int) -> Any:
 
 
 def _recorded(name: str | None, layers: list[str] | None) -> tuple:
+    """``/recorded``: the three analysis figures of a bundled recording, whole."""
     if not name:
         return gr.update(), gr.update(), gr.update(), "No recorded run bundled."
     return h.recorded_figures(name, layers)
 
 
 def _recorded_layers(name: str | None) -> Any:
+    """Layer picker choices for a recording (every layer it traced)."""
     if not name:
         return gr.update()
     layers = h.recording_layers(name)
     return gr.update(choices=layers, value=h.default_layers(layers))
 
 
-def analysis_tab(data_dir: str | None) -> gr.Tab:
+def analysis_tab(data_dir: str | None) -> None:
     """Live ISS-P vs IHT run with streamed plots, and the bundled recorded runs shown whole."""
     d = h.LIVE_DEFAULTS
-    archs = h.iss.archs.list_archs()
+    archs = iss.archs.list_archs()
     layers0 = h.prunable_layers(d["arch"], d["scale"])
     gr.Markdown(
         "ISS-P and IHT start from the **same random init** and see the **same batches**. Per-iteration "
@@ -302,6 +306,7 @@ def analysis_tab(data_dir: str | None) -> gr.Tab:
 
 
 def _sparsity(name: str | None, layer: str | None, zoo_path: str | None = None) -> tuple:
+    """``/sparsity``: kept fraction per layer and magnitude histograms of a zoo checkpoint."""
     if not name:
         return gr.update(), gr.update(), gr.update()
     try:
