@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
+import queue
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,8 @@ from torch import Tensor, nn
 __all__ = ["SparseConv2d", "SparseLinear", "is_convertible", "layer_modes", "sparsify", "zero_fraction"]
 
 MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
-ACC_BYTES = 1 << 20  # conv accumulator chunk (stays in L2 across the taps; 1 MiB was best of 128 KiB..1 MiB)
+ACC_BYTES = 2 << 20  # conv output chunk, kept in cache across the taps (best of 1-8 MiB on a Zen 4 core)
+IN_BYTES = 4 << 20  # padded input rows of one conv chunk
 PARALLEL_MIN_FMAS = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
 _POOL: ThreadPoolExecutor | None = None
@@ -86,23 +88,9 @@ def _time_pair(
     return best_d, best_s
 
 
-def _pad_for_taps(x: Tensor, p: int) -> Tensor:
-    """Zero-pad by ``p`` on every side plus one extra bottom row, so each tap's flat slice stays in bounds."""
-    n, c, h, w = x.shape
-    out = x.new_empty(n, c, h + 2 * p + 1, w + 2 * p)
-    out[:, :, :p].zero_()
-    out[:, :, p + h :].zero_()
-    out[:, :, p : p + h, :p].zero_()
-    out[:, :, p : p + h, p + w :].zero_()
-    out[:, :, p : p + h, p : p + w] = x
-    return out
-
-
-def _filled(bias: Tensor | None, rows: int, cols: int, dtype: torch.dtype) -> Tensor:
-    """A [rows, cols] accumulator holding the bias column (or zeros)."""
-    if bias is None:
-        return torch.zeros(rows, cols, dtype=dtype)
-    return torch.empty(rows, cols, dtype=dtype).copy_(bias.expand(rows, cols))
+def _fill_bias(acc: Tensor, bias: Tensor | None) -> Tensor:
+    """Initialise the accumulator ``acc`` [out, cols] with the bias column (or zeros)."""
+    return acc.zero_() if bias is None else acc.copy_(bias.expand_as(acc))
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -115,24 +103,39 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return _POOL
 
 
-def _run_chunks(fn: Callable[[object], None], jobs: Sequence[object], fmas: float) -> None:
-    """Run ``fn`` on every job: on this thread for small work (``fmas`` multiply-adds), else spread over
-    ``torch.get_num_threads()`` pool threads.
+def _run_chunks(
+    fn: Callable[[object, list[Tensor]], None],
+    jobs: Sequence[object],
+    fmas: float,
+    scratch: Callable[[], list[Tensor]],
+) -> None:
+    """Run ``fn(job, buffers)`` on every job, on this thread for small work (``fmas`` multiply-adds), else
+    spread over ``torch.get_num_threads()`` pool threads.
 
     A pool thread takes the next chunk when done with one (torch releases the GIL inside the kernels), so a
-    core taken by another process delays one chunk rather than every call.
+    core taken by another process delays one chunk rather than every call. The per-thread ``scratch()``
+    buffers are allocated here, on the calling thread: allocations inside the pool threads would land in
+    per-thread malloc arenas that keep their memory.
     """
     threads = min(torch.get_num_threads(), len(jobs))
     if threads <= 1 or fmas < PARALLEL_MIN_FMAS:
+        buffers = scratch()
         with _num_threads(1):
             for job in jobs:
-                fn(job)
+                fn(job, buffers)
         return
+    free: queue.SimpleQueue[list[Tensor]] = queue.SimpleQueue()
+    for _ in range(threads):
+        free.put(scratch())
     inference = torch.is_inference_mode_enabled()
 
     def run(job: object) -> None:
-        with torch.inference_mode(inference), torch.no_grad():  # both modes are thread-local
-            fn(job)
+        buffers = free.get()
+        try:
+            with torch.inference_mode(inference), torch.no_grad():  # both modes are thread-local
+                fn(job, buffers)
+        finally:
+            free.put(buffers)
 
     with _num_threads(1):  # MKL's thread count may be process-wide: keep each pool thread's calls sequential
         list(_pool(threads).map(run, jobs))
@@ -261,32 +264,64 @@ class SparseConv2d(_SparseBase):
         return F.conv2d(x, weight, self.bias, padding=self.kernel_size // 2)
 
     def _sparse_forward(self, x: Tensor) -> Tensor:
-        """Tap-wise sparse conv over chunks of whole output rows, written into a contiguous NCHW output."""
+        """Tap-wise sparse conv over chunks of output rows, each padded into a small reused buffer.
+
+        Per chunk of ``rows`` output rows: copy the input rows it reads (``rows + 2p``, zero-padded, plus one
+        zero row so every tap's flat slice stays in bounds) into a buffer, run the k*k CSR products on shifted
+        slices of it into an accumulator, write the accumulator (minus its 2p pad columns) to the output. Both
+        buffers stay in cache, and no padded copy of the whole input is ever made.
+        """
         n, _, h, w = x.shape
         k, p = self.kernel_size, self.kernel_size // 2
-        wp = w + 2 * p
-        if self.channels is not None:
-            x = x.index_select(1, self.channels)
-        flat = _pad_for_taps(x, p).flatten(2)
+        wp, cin = w + 2 * p, self.in_channels if self.channels is None else len(self.channels)
         out = x.new_empty(n, self.out_channels, h, w)
         bias = None if self.bias is None else self.bias.to(x.dtype).view(-1, 1)
         taps = [((t // k) * wp + t % k, tap) for t, tap in self.taps]
-        rows = max(1, ACC_BYTES // (self.out_channels * wp * x.element_size()))
+        itemsize = x.element_size()
+        rows = max(
+            1,
+            min(
+                ACC_BYTES // (self.out_channels * wp * itemsize),
+                IN_BYTES // (cin * wp * itemsize) - 2 * p - 1,
+            ),
+        )
         threads = torch.get_num_threads()
         if threads > 1:  # at least 4 chunks per thread, for balance
             rows = min(rows, max(1, math.ceil(n * h / (4 * threads))))
 
-        def chunk(job: tuple[int, int]) -> None:
+        def scratch() -> list[Tensor]:
+            sizes = (
+                cin * (rows + 2 * p + 1) * wp,
+                self.out_channels * rows * wp,
+                cin * (rows + 2 * p) * w * (self.channels is not None),
+            )
+            return [x.new_empty(size) for size in sizes]
+
+        def chunk(job: tuple[int, int], buffers: list[Tensor]) -> None:
             i, r0 = job
             r1 = min(h, r0 + rows)
-            acc = _filled(bias, self.out_channels, (r1 - r0) * wp, x.dtype)
+            lo, hi = max(0, r0 - p), min(h, r1 + p)  # input rows read; buffer row 0 is input row r0 - p
+            top = lo - (r0 - p)
+            padded = buffers[0][: cin * (r1 - r0 + 2 * p + 1) * wp].view(cin, -1, wp)
+            padded[:, :top].zero_()
+            padded[:, top + hi - lo :].zero_()
+            padded[:, top : top + hi - lo, :p].zero_()
+            padded[:, top : top + hi - lo, p + w :].zero_()
+            src = x[i, :, lo:hi]
+            if self.channels is not None:
+                gathered = buffers[2][: cin * (hi - lo) * w].view(cin, hi - lo, w)
+                src = torch.index_select(src, 0, self.channels, out=gathered)
+            padded[:, top : top + hi - lo, p : p + w] = src
+            flat = padded.view(cin, -1)
+            acc = _fill_bias(
+                buffers[1][: self.out_channels * (r1 - r0) * wp].view(self.out_channels, -1), bias
+            )
             for offset, tap in taps:
-                start = offset + r0 * wp
-                acc.addmm_(tap, flat[i, :, start : start + acc.shape[1]])
+                acc.addmm_(tap, flat[:, offset : offset + acc.shape[1]])
             out[i, :, r0:r1] = acc.view(self.out_channels, r1 - r0, wp)[..., :w]
 
         fmas = n * h * wp * sum(tap.values().numel() for _, tap in taps)
-        _run_chunks(chunk, [(i, r0) for i in range(n) for r0 in range(0, h, rows)], fmas)
+        _run_chunks(chunk, [(i, r0) for i in range(n) for r0 in range(0, h, rows)], fmas, scratch)
         return out
 
 
@@ -314,20 +349,24 @@ class SparseLinear(_SparseBase):
     def _sparse_forward(self, x: Tensor) -> Tensor:
         """``(W @ x^T)^T``, returned as a transposed view of the channel-major [out, tokens] result.
 
-        No layout copy either way: the tokens are read through their transposed view, and a following
-        SparseLinear (fc2 after fc1 + GELU) gets exactly the channel-major matrix it wants.
+        The tokens of each chunk are copied channel-major into a reused buffer (MKL wants a row-major right
+        operand); the result is left channel-major, so a following SparseLinear (fc2 after fc1 + GELU) reads
+        it with a cheap copy and dense consumers see an ordinary (transposed) [..., out] tensor.
         """
         tokens = x.reshape(-1, self.in_features)
         total = tokens.shape[0]
         bias = None if self.bias is None else self.bias.to(x.dtype).view(-1, 1)
-        out = _filled(bias, self.out_features, total, x.dtype)
+        out = _fill_bias(x.new_empty(self.out_features, total), bias)
         threads = torch.get_num_threads()
         step = total if threads == 1 else max(1, math.ceil(total / (4 * threads)))
 
-        def chunk(start: int) -> None:
-            out[:, start : start + step].addmm_(self.csr, tokens[start : start + step].t())
+        def chunk(start: int, buffers: list[Tensor]) -> None:
+            part = tokens[start : start + step]
+            channel_major = buffers[0][: part.numel()].view(self.in_features, -1).copy_(part.t())
+            out[:, start : start + part.shape[0]].addmm_(self.csr, channel_major)
 
-        _run_chunks(chunk, range(0, total, step), total * self.csr.values().numel())
+        fmas = total * self.csr.values().numel()
+        _run_chunks(chunk, range(0, total, step), fmas, lambda: [x.new_empty(self.in_features * step)])
         return out.t().view(*x.shape[:-1], self.out_features)
 
 
