@@ -111,6 +111,13 @@ def load(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> tupl
     model = _build_model(meta["arch"], meta["scale"], meta.get("arch_kwargs", {}))
     reference = model.state_dict()
     derived = set(json.loads(metadata.get("derived", "[]")))
+    stored = {name.removesuffix(MASK_SUFFIX).removesuffix(VALUES_SUFFIX) for name in tensors}
+    unexpected = sorted(stored - set(reference))
+    if unexpected:
+        raise ValueError(
+            f"checkpoint {path} holds tensors that {meta['arch']!r} does not have: "
+            + ", ".join(unexpected[:5])
+        )
     state = {}
     for name, ref in reference.items():
         if name in derived:

@@ -128,6 +128,13 @@ def test_truncated_or_foreign_file_is_a_clear_error(tiny: nn.Module, tmp_path) -
         checkpoint.load(tmp_path / "missing.safetensors")
 
 
+def test_checkpoint_of_another_architecture_is_refused(tiny: nn.Module, tmp_path, monkeypatch) -> None:
+    path = checkpoint.save(tiny, tmp_path / "m.safetensors", META)
+    monkeypatch.setattr(checkpoint, "_build_model", lambda arch, scale, kwargs: nn.Conv2d(3, 8, 3))
+    with pytest.raises(ValueError, match=r"does not have: head\.bias"):
+        checkpoint.load(path)
+
+
 def test_meta_needs_arch_and_scale(tiny: nn.Module, tmp_path) -> None:
     with pytest.raises(ValueError, match="arch"):
         checkpoint.save(tiny, tmp_path / "m.safetensors", {"scale": 2})
