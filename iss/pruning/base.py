@@ -17,9 +17,10 @@ figure draws the mask before the forward; the two differ only at the first itera
 
 Selection is exact and on the weights' device: in every pruned layer exactly ``ceil(ratio * n)`` weights of
 smallest ``|w|`` are unimportant (ties broken towards the lower flat index), computed with torch, never
-sampled and never copied to the CPU. Layers with the same number of weights are stacked and selected together;
-the previous threshold is reused as a hint, so a step costs a few elementwise passes rather than a full
-``kthvalue`` (see ``select_smallest``).
+sampled and never copied to the CPU. Layers with the same number of weights are stacked and handled by one
+batched op. Each step compares ``|w| > tau`` (tau from the last selection) word-wise with the mask; only the
+layers whose selection changed are selected again, where a small top-k repairs tau (a batched ``kthvalue``
+only as a fallback). So a step costs a few elementwise passes (see ``Pruner._reselect``, ``select_smallest``).
 """
 
 from __future__ import annotations
@@ -152,6 +153,17 @@ def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
     return less | (equal & (equal.cumsum(1) <= need))
 
 
+def gap_threshold(a: Tensor, below: Tensor, shrink: float = 1.0) -> Tensor:
+    """Per-row threshold halfway between the largest selected value (times ``shrink``) and the smallest other.
+
+    Any value in that gap separates the selection; the middle of it stays a separator longest while the
+    weights move, which is what makes the next steps' ``|w| > tau`` check succeed.
+    """
+    largest_below = a.masked_fill(~below, 0.0).amax(1, keepdim=True)
+    smallest_kept = a.masked_fill(below, float("inf")).amin(1, keepdim=True)
+    return (shrink * largest_below + smallest_kept) / 2
+
+
 def differing_rows(x: Tensor, y: Tensor) -> Tensor:
     """Indices of the rows where two (rows, n) bool tensors differ, compared as machine words."""
     n = x.shape[1]
@@ -239,6 +251,9 @@ class Pruner:
     """
 
     method: ClassVar[str] = ""
+    # Factor the method applies to unimportant weights right after selecting them (ISS-P: alpha, IHT: 0); it
+    # places the threshold hint inside the gap the shrink opens, so the next steps' fast path holds.
+    _shrink_factor: float = 1.0
 
     def __init__(
         self,
@@ -405,7 +420,8 @@ class Pruner:
         a = g.magnitudes() if a is None else a
         if self.nm is not None:
             return select_nm(a, *self.nm)
-        below, g.tau = select_smallest(a, g.k, g.tau)
+        below, _ = select_smallest(a, g.k, g.tau)
+        g.tau = gap_threshold(a, below, self._shrink_factor)
         return below
 
     def _reselect(self, fixed_rows: list[Tensor] | None = None) -> None:
@@ -425,8 +441,9 @@ class Pruner:
                 rows = differing_rows(candidate, g.kept)
                 if rows.numel() == 0:
                     continue
-                below, tau = select_smallest(a.index_select(0, rows), g.k, g.tau.index_select(0, rows))
-                g.tau.index_copy_(0, rows, tau)
+                sub = a.index_select(0, rows)
+                below, _ = select_smallest(sub, g.k, g.tau.index_select(0, rows))
+                g.tau.index_copy_(0, rows, gap_threshold(sub, below, self._shrink_factor))
                 kept = ~below
             old = g.kept.index_select(0, rows)
             if fixed_rows is not None:

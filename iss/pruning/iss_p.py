@@ -41,7 +41,7 @@ class ISSP(Pruner):
             raise ValueError(
                 f"alpha must lie in [0, 1) (the shrink factor of unimportant weights), got {alpha}"
             )
-        self.alpha = float(alpha)
+        self.alpha = self._shrink_factor = float(alpha)
         super().__init__(
             model, ratio, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm, window=window
         )
