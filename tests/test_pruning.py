@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import iss.pruning as pruning
-from iss.pruning.base import n_unimportant, select_nm, select_smallest
+from iss.pruning.base import gap_threshold, n_unimportant, select_nm, select_smallest
 from iss.pruning.schedule import growth_schedule
 
 RATIO = 0.75
@@ -110,6 +110,13 @@ def test_select_smallest_all_paths_agree_with_reference(seed):
     ref_b = torch.zeros_like(b, dtype=torch.bool).scatter_(1, b.argsort(dim=1)[:, :k], True)
     assert torch.equal(select_smallest(b + 1e-4 * torch.randn(5, 300, generator=g), k, tau_b)[0].sum(1),
                        ref_b.sum(1))  # fmt: skip
+
+
+def test_gap_threshold_sits_in_the_post_shrink_gap():
+    a = torch.tensor([[1.0, 2.0, 3.0, 10.0], [4.0, 0.0, 8.0, 6.0]])
+    below = torch.tensor([[True, True, False, False], [True, True, False, False]])
+    assert gap_threshold(a, below).flatten().tolist() == [2.5, 5.0]
+    assert gap_threshold(a, below, 0.5).flatten().tolist() == [2.0, 4.0]
 
 
 def test_select_nm():
