@@ -322,7 +322,7 @@ RESUME_CASES = [
     ("iht", {"prune_iters": 6}),
     ("iss-r", {"prune_iters": 6, "eta_interval": 2}),
     ("srp", {"prune_iters": 7, "eta_interval": 2, "stabilize_iters": 2}),
-    ("assl", {"prune_iters": 8, "eta_interval": 2, "ssa_iters": 3, "stabilize_iters": 2}),
+    ("assl", {"prune_iters": 10, "eta_interval": 2, "ssa_iters": 6, "stabilize_iters": 2}),  # resumed in SSA
     ("l1", {}),
     ("scratch", {"seed": 3}),
 ]

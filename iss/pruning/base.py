@@ -357,6 +357,7 @@ class Pruner:
             "stage": self.stage,
             "names": self.layer_names,
             "kept": [g.kept.clone() for g in self._groups],
+            "tau": [torch.empty(0) if g.tau is None else g.tau.clone() for g in self._groups],
             "tracker": self._tracker.state_dict(),
             "extra": self._extra_state(),
         }
@@ -382,9 +383,12 @@ class Pruner:
             )
         if state["stage"] not in STAGES:
             raise ValueError(f"bad pruner stage {state['stage']!r}")
-        for g, kept in zip(self._groups, state["kept"], strict=True):
+        for g, kept, tau in zip(self._groups, state["kept"], state["tau"], strict=True):
             g.kept.copy_(kept)
-            g.tau = g.hard = g.stale = None
+            g.tau = (
+                tau.to(g.kept.device).clone() if tau.numel() else None
+            )  # the hint: same code path after resume
+            g.hard = g.stale = None
             g.scale_ready = False
         self.iteration = int(state["iteration"])
         self.stage = state["stage"]
