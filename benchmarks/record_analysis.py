@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from iss.ui import handlers
 from iss.ui.recording import RUNS, load_recording, save_recording, save_state
@@ -116,9 +118,31 @@ def rewrite(out: Path, keep_states: str | None) -> None:
             if state["iteration"] not in wanted:
                 (out / state["file"]).unlink(missing_ok=True)
         config["states"] = [s for s in config["states"] if s["iteration"] in wanted]
+    for state in config["states"]:
+        _add_threshold_hints(out / state["file"])
     save_recording(out, config, traces)
     kept = [s["iteration"] for s in config["states"]]
     print(f"rewrote {out}: {config['iterations_done']} iterations, states kept at {kept}")
+
+
+def _add_threshold_hints(path: Path) -> None:
+    """Upgrade a state saved before pruner states held threshold hints (``tau``) with empty hints, which the
+    pruner recomputes on its next step (an empty ``tau`` is what a pruner without a hint saves)."""
+    tensors = load_file(str(path))
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+    pruners = json.loads(metadata["pruner"])
+    for run, skeleton in pruners.items():
+        entries = dict(skeleton["__dict__"])
+        if "tau" in entries:
+            continue
+        hints = []
+        for i in range(len(entries["kept"]["__list__"])):
+            key = f"{run}.pruner.tau/{i}/"
+            tensors[key] = torch.empty(0)
+            hints.append({"__tensor__": key})
+        skeleton["__dict__"].append(["tau", {"__list__": hints}])
+    save_file(tensors, str(path), metadata={**metadata, "pruner": json.dumps(pruners)})
 
 
 def _save_state(out: Path, run: handlers.LiveRun, iteration: int, config: dict) -> None:

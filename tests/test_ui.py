@@ -248,3 +248,29 @@ def test_record_analysis_script_writes_a_resumable_recording(tmp_path: Path, mon
     assert record.main(["--out", str(out), "--rewrite", "--keep-states", "last"]) == 0
     assert [s["iteration"] for s in load_recording(out)[0]["states"]] == [4]
     assert not (out / "state_2.safetensors").exists() and (out / "state_4.safetensors").exists()
+
+
+def test_rewrite_upgrades_states_without_threshold_hints(tmp_path: Path) -> None:
+    import importlib.util
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    spec = importlib.util.spec_from_file_location("record", h.ROOT / "benchmarks" / "record_analysis.py")
+    record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record)
+    run = h.build_live_run("swinir-light", 2, 0.9, 0.95, 100, None, arch_kwargs=TINY)
+    path = save_state(tmp_path / "state_0.safetensors", run.models, run.pruners, {"iteration": 0})
+    save_recording(tmp_path, {"states": [{"iteration": 0, "file": path.name}]}, run.traces)
+    tensors = load_file(str(path))  # make it look like a state from before ``tau`` existed
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+    pruners = json.loads(metadata["pruner"])
+    for skeleton in pruners.values():
+        skeleton["__dict__"] = [kv for kv in skeleton["__dict__"] if kv[0] != "tau"]
+    tensors = {k: v for k, v in tensors.items() if ".pruner.tau/" not in k}
+    save_file(tensors, str(path), metadata={**metadata, "pruner": json.dumps(pruners)})
+    with pytest.raises(KeyError, match="tau"):
+        load_state(path, run.models, run.pruners)
+    assert record.main(["--out", str(tmp_path), "--rewrite"]) == 0
+    assert load_state(path, run.models, run.pruners) == {"iteration": 0}
