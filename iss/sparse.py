@@ -40,7 +40,7 @@ ACC_BYTES = 2 << 20  # conv output chunk, kept in cache across the taps (best of
 IN_BYTES = 4 << 20  # padded input rows of one conv chunk
 PARALLEL_MIN_FMAS = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
-_POOL: ThreadPoolExecutor | None = None
+_POOL: dict[int, ThreadPoolExecutor] = {}  # thread count -> pool
 
 
 def zero_fraction(weight: Tensor) -> float:
@@ -95,12 +95,9 @@ def _fill_bias(acc: Tensor, bias: Tensor | None) -> Tensor:
 
 def _pool(threads: int) -> ThreadPoolExecutor:
     """Process-wide pool of ``threads`` Python threads whose torch kernels run single-threaded."""
-    global _POOL
-    if _POOL is None or _POOL._max_workers != threads:
-        if _POOL is not None:
-            _POOL.shutdown(wait=True)
-        _POOL = ThreadPoolExecutor(threads, "iss-sparse", initializer=torch.set_num_threads, initargs=(1,))
-    return _POOL
+    if threads not in _POOL:
+        _POOL[threads] = ThreadPoolExecutor(threads, "iss-sparse", torch.set_num_threads, (1,))
+    return _POOL[threads]
 
 
 def _run_chunks(
@@ -350,23 +347,33 @@ class SparseLinear(_SparseBase):
         """``(W @ x^T)^T``, returned as a transposed view of the channel-major [out, tokens] result.
 
         The tokens of each chunk are copied channel-major into a reused buffer (MKL wants a row-major right
-        operand); the result is left channel-major, so a following SparseLinear (fc2 after fc1 + GELU) reads
-        it with a cheap copy and dense consumers see an ordinary (transposed) [..., out] tensor.
+        operand; torch would otherwise make that copy itself, inside the pool threads) and the product goes
+        through a reused accumulator; the result stays channel-major, so dense consumers see an ordinary
+        (transposed) [..., out] tensor.
         """
         tokens = x.reshape(-1, self.in_features)
         total = tokens.shape[0]
         bias = None if self.bias is None else self.bias.to(x.dtype).view(-1, 1)
-        out = _fill_bias(x.new_empty(self.out_features, total), bias)
+        out = x.new_empty(self.out_features, total)
         threads = torch.get_num_threads()
         step = total if threads == 1 else max(1, math.ceil(total / (4 * threads)))
+
+        def scratch() -> list[Tensor]:
+            return [
+                x.new_empty(self.in_features * step),
+                x.new_empty(self.out_features * step * (step < total)),
+            ]
 
         def chunk(start: int, buffers: list[Tensor]) -> None:
             part = tokens[start : start + step]
             channel_major = buffers[0][: part.numel()].view(self.in_features, -1).copy_(part.t())
-            out[:, start : start + part.shape[0]].addmm_(self.csr, channel_major)
+            if part.shape[0] == total:  # one chunk: accumulate in place
+                _fill_bias(out, bias).addmm_(self.csr, channel_major)
+                return
+            acc = buffers[1][: self.out_features * part.shape[0]].view(self.out_features, -1)
+            out[:, start : start + part.shape[0]] = _fill_bias(acc, bias).addmm_(self.csr, channel_major)
 
-        fmas = total * self.csr.values().numel()
-        _run_chunks(chunk, range(0, total, step), fmas, lambda: [x.new_empty(self.in_features * step)])
+        _run_chunks(chunk, range(0, total, step), total * self.csr.values().numel(), scratch)
         return out.t().view(*x.shape[:-1], self.out_features)
 
 
