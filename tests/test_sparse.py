@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import pytest
@@ -91,9 +92,29 @@ def test_conv_reading_few_input_channels_gathers_them() -> None:
         torch.testing.assert_close(layer.dense_weight(), conv.weight, atol=0, rtol=0)
 
 
+def test_all_zero_layers_give_the_bias() -> None:
+    net = nn.Sequential(nn.Conv2d(4, 5, 3, padding=1), nn.Flatten(2), nn.Linear(12, 6))
+    with torch.no_grad():
+        for m in net:
+            if hasattr(m, "weight"):
+                m.weight.zero_()
+    fast = sparsify(net, min_speedup=0.0)
+    x = torch.randn(2, 4, 3, 4)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), net(x), atol=1e-6, rtol=0)
+
+
 def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny chunks on 2 threads: the pool path (several chunks per thread) gives the same result."""
-    monkeypatch.setattr(sparse, "ACC_BYTES", 64)
+    monkeypatch.setattr(sparse, "ACC_BYTES", 64)  # one row per chunk
+    monkeypatch.setattr(sparse, "PARALLEL_MIN_FMAS", 0)  # use the pool even for tiny work
+    ran_on = set()
+    chunk_runner = sparse._run_chunks
+
+    def spy(fn, jobs, fmas, scratch):  # record the threads the chunks ran on
+        chunk_runner(lambda job, buf: ran_on.add(threading.get_ident()) or fn(job, buf), jobs, fmas, scratch)
+
+    monkeypatch.setattr(sparse, "_run_chunks", spy)
     net = masked(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(2), nn.Linear(30, 16)), 0.9)
     fast = sparsify(net, min_speedup=0.0)
     x = torch.randn(3, 4, 5, 6)
@@ -104,6 +125,7 @@ def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch) -> None:
             torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
     finally:
         torch.set_num_threads(previous)
+    assert threading.get_ident() not in ran_on and ran_on
 
 
 def test_dense_and_unsupported_layers_stay_dense() -> None:
