@@ -11,7 +11,11 @@ pruner (ratio 0.95, telemetry on, a callback consuming ``StepStats`` every step)
   (``basicsr/pruner/utils.py:pick_pruned_layer`` + ``_iht``), no telemetry, on copies of the weights.
 
 Repeats are interleaved (each step times all variants), medians are reported; ratios compare medians from
-the same run. Usage: ``python benchmarks/pruning_overhead.py [--quick] [--repeats N] [--threads 1 2]``.
+the same run. EDSR-L runs at batch 1, LR patch 16 (a tiny step for 43 M weights: the worst case for the
+ratio). On a machine shared with other jobs, OpenMP threads get descheduled and multi-threaded torch ops
+slow down far more than numpy's single-threaded argsort: compare the bare step with its idle value
+(SwinIR-light x4, batch 4, patch 16, 2 threads: about 160 ms) before reading a row.
+Usage: ``python benchmarks/pruning_overhead.py [--quick] [--repeats N] [--threads 1 2] [--arch NAME ...]``.
 """
 
 from __future__ import annotations
