@@ -24,6 +24,7 @@ import copy
 import math
 import queue
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -52,9 +53,11 @@ def zero_fraction(weight: Tensor) -> float:
 
 def _to_csr(matrix: Tensor) -> Tensor:
     """2-D dense matrix -> CSR with int32 indices (MKL's native index type, 1/3 less memory than int64)."""
-    csr = matrix.detach().contiguous().to_sparse_csr()
-    rows, cols = csr.crow_indices().to(torch.int32), csr.col_indices().to(torch.int32)
-    return torch.sparse_csr_tensor(rows, cols, csr.values(), csr.shape)
+    with warnings.catch_warnings():  # "CSR support is in beta" / "invariant checks disabled": noise for users
+        warnings.filterwarnings("ignore", message="Sparse", category=UserWarning)
+        csr = matrix.detach().contiguous().to_sparse_csr()
+        rows, cols = csr.crow_indices().to(torch.int32), csr.col_indices().to(torch.int32)
+        return torch.sparse_csr_tensor(rows, cols, csr.values(), csr.shape)
 
 
 @contextmanager
