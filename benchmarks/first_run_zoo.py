@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from iss import checkpoint
+from iss.data import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB_REPO = "iss-sr/zoo"
@@ -34,6 +35,7 @@ def entry(run: Path, dest: Path) -> dict[str, Any]:
     metrics = {}
     for part in sorted(run.glob("eval*.json")):  # one file per group of sets (see first_run.sh)
         metrics.update(json.loads(part.read_text()))
+    metrics = {name: metrics[name] for name in BENCHMARKS if name in metrics}
     name = f"{meta['arch']}_x{meta['scale']}_{meta['method']}_r{meta['ratio']}"
     file = dest / f"{name}.safetensors"
     shutil.copyfile(source, file)
