@@ -28,12 +28,14 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
 import iss.archs
+import iss.checkpoint
 from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
 
 ARCHS = ("edsr-l", "swinir-light")
@@ -51,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per model (after a warm-up)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--checkpoint", type=Path, help="time this pruned checkpoint (trained mask) instead")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sparse_inference"),
                    help="writes OUT.md and OUT.json")  # fmt: skip
     p.add_argument(
@@ -162,14 +165,24 @@ def run_memory(args: argparse.Namespace, arch: str, ratio: float, mode: str, thr
     return json.loads(out.strip().splitlines()[-1])
 
 
+def model_source(args: argparse.Namespace, arch: str) -> Callable[[float], nn.Module]:
+    """ratio -> model: random masks on ``arch``, or the ``--checkpoint`` model (its own trained mask)."""
+    if args.checkpoint is not None:
+        return lambda _ratio: iss.checkpoint.load(args.checkpoint)[0].eval()
+    return lambda ratio: build(arch, args.scale, ratio, args.seed)
+
+
 def bench_arch(args: argparse.Namespace, arch: str, threads: int) -> list[dict]:
     """Interleaved dense vs sparse (every ratio) timings for one arch and thread count."""
     torch.set_num_threads(threads)
     x = torch.rand(1, 3, args.size, args.size)
-    models: dict[str, nn.Module] = {"dense": build(arch, args.scale, 0.0, args.seed)}
+    make = model_source(args, arch)
+    models: dict[str, nn.Module] = {
+        "dense": make(0.0)
+    }  # a checkpoint's dense baseline: same weights, stock kernels
     info: dict[str, dict] = {}
     for ratio in args.ratios:
-        masked = build(arch, args.scale, ratio, args.seed)
+        masked = make(ratio)
         sparse = sparsify(masked, threads=threads)
         with torch.inference_mode():
             t0 = time.perf_counter()
@@ -273,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         probe = memory_probe(arch, float(ratio), mode, int(threads), args.scale, args.size, args.seed)
         print(json.dumps(probe))
         return 0
+    if args.checkpoint is not None:  # one model, its own ratio and scale; label rows with the file name
+        meta = iss.checkpoint.load(args.checkpoint)[1]
+        args.archs, args.ratios, args.scale = (
+            [f"{args.checkpoint.stem} (trained)"],
+            [meta["ratio"]],
+            meta["scale"],
+        )
+        args.no_memory = True
     env = dict(torch=torch.__version__, cpu=platform_cpu(), load_before=load_average(),
                omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"))  # fmt: skip
     memory = []  # first, while this process is small: a child's max RSS starts from its parent's at fork
