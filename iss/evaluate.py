@@ -116,6 +116,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rgb", action="store_true", help="PSNR on RGB instead of Y (EDSR/BasicSR convention)"
     )
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument(
+        "--sparse", action="store_true", help="run pruned layers with sparse CPU kernels (iss.sparsify)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,6 +189,12 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int]:
             f"unknown --model '{args.model}'{hint}; use 'bicubic', one of {', '.join(archs.list_archs())}, "
             "or a path to a .safetensors checkpoint"
         )
+    if args.sparse:
+        if device.type != "cpu":
+            raise UsageError("--sparse runs on the CPU only: add --device cpu")
+        from .sparse import sparsify  # lazy: only when asked for
+
+        model = sparsify(model)
     return model_upscaler(model, tile=args.tile, overlap=args.overlap, device=device), scale
 
 

@@ -244,3 +244,24 @@ def test_error_wrong_weights_file(tiny_set: Path, tmp_path: Path, capsys: pytest
 def test_error_upscaler_returning_wrong_shape(tiny_set: Path) -> None:
     with pytest.raises(ValueError, match="the upscaler returned uint8"):
         evaluate(lambda lr: lr, ["Set5"], 2, tiny_set, progress=False)
+
+
+def test_sparse_kernels_give_the_dense_scores(tiny_set: Path, tmp_path: Path) -> None:
+    """``--sparse`` (iss.sparsify) on a 95%-zero checkpoint scores what the dense model scores."""
+    from iss import archs, checkpoint
+
+    torch.manual_seed(0)
+    model = archs.build("edsr-baseline", 2, num_feat=16, num_block=1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+                m.weight.mul_(torch.rand_like(m.weight) >= 0.95)
+    meta = {"arch": "edsr-baseline", "scale": 2, "arch_kwargs": {"num_feat": 16, "num_block": 1}}
+    path = checkpoint.save(model, tmp_path / "sparse.safetensors", meta)
+    scores = {}
+    for flag in ((), ("--sparse",)):
+        out = tmp_path / f"scores{len(flag)}.json"
+        args = ("--model", str(path), "--datasets", "Set5", "--data-dir", str(tiny_set), "--device", "cpu")
+        assert _eval(*args, "--json", str(out), *flag) == 0
+        scores[flag] = json.loads(out.read_text())["Set5"]
+    assert scores[("--sparse",)]["psnr"] == pytest.approx(scores[()]["psnr"], abs=1e-3)
