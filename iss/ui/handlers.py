@@ -288,9 +288,11 @@ def pair_choices(comp: Comparison | None) -> list[str]:
 
 
 def default_pair(comp: Comparison) -> tuple[str, str]:
-    """Bicubic on the left, the last (best-named) checkpoint on the right; the HR when nothing else ran."""
+    """Bicubic on the left, an ISS-P checkpoint (else the last one) on the right; the HR when none ran."""
     names = list(comp.results)
-    right = next((n for n in reversed(names) if n != BICUBIC), HR_LABEL if comp.hr is not None else names[-1])
+    models = [n for n in names if n != BICUBIC]
+    preferred = [n for n in models if "iss-p" in n] or models[::-1]
+    right = preferred[0] if preferred else (HR_LABEL if comp.hr is not None else names[-1])
     left = BICUBIC if BICUBIC in names and right != BICUBIC else LR_LABEL
     return left, right
 
