@@ -316,26 +316,9 @@ def _is_plain_relative(name: str) -> bool:
 # ----------------------------------------------------------------------------------------------- resolving
 
 
-def resolve(
-    entry: ZooEntry,
-    *,
-    local_dir: str | os.PathLike | None = None,
-    offline: bool | None = None,
-    timeout: float | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    endpoint: str | None = None,
-    token: str | None = None,
-) -> Path:
-    """Local path of ``entry``'s checkpoint, verified against the manifest's sha256 (see :func:`locate`)."""
-    return locate(
-        entry,
-        local_dir=local_dir,
-        offline=offline,
-        timeout=timeout,
-        cache_dir=cache_dir,
-        endpoint=endpoint,
-        token=token,
-    ).path
+def resolve(entry: ZooEntry, **options: Any) -> Path:
+    """Local path of ``entry``'s checkpoint, sha256-verified (keyword options: :func:`locate`)."""
+    return locate(entry, **options).path
 
 
 def locate(
