@@ -34,11 +34,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import spmm
+
 __all__ = ["SparseConv2d", "SparseLinear", "is_convertible", "layer_modes", "sparsify", "zero_fraction"]
 
 MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
-ACC_BYTES = 2 << 20  # conv output chunk, kept in cache across the taps (best of 1-8 MiB on a Zen 4 core)
-IN_BYTES = 4 << 20  # padded input rows of one conv chunk
+ACC_BYTES = 2 << 20  # MKL path: conv output chunk, kept in cache across the taps (best of 1-8 MiB on Zen 4)
+IN_BYTES = 4 << 20  # MKL path: padded input rows of one conv chunk
+NATIVE_IN_BYTES = 1 << 20  # C kernel: input of one chunk, read once per output channel (~ a core's L2)
+LANES = 16  # the C kernel's vector width, in floats
 PARALLEL_MIN_FMAS = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
 _POOL: dict[int, ThreadPoolExecutor] = {}  # thread count -> pool
@@ -219,7 +223,7 @@ class _SparseBase(nn.Module):
 
 
 class SparseConv2d(_SparseBase):
-    """k x k stride-1 'same' convolution computed as k*k CSR products on shifted views of the padded input."""
+    """k x k stride-1 'same' convolution that only multiplies the non-zero weights (see the module doc)."""
 
     def __init__(self, conv: nn.Conv2d, plan: _Plan | None = None) -> None:
         if not is_convertible(conv):
@@ -228,103 +232,129 @@ class SparseConv2d(_SparseBase):
             )
         super().__init__(conv.bias, zero_fraction(conv.weight), plan or _Plan())
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
-        self.kernel_size = k = conv.kernel_size[0]
+        self.kernel_size = conv.kernel_size[0]
         weight = conv.weight.detach()
         # Input channels some weight reads; when few are, only those are gathered and padded (e.g. conv_last).
         used = torch.nonzero(weight.abs().sum((0, 2, 3))).flatten()
         self.channels = used if len(used) < COMPACT_BELOW * self.in_channels else None
         if self.channels is not None:
             weight = weight[:, self.channels]
-        # taps: (t, [out, in] CSR weight of kernel position t = ky * k + kx); all-zero taps are left out
-        self.taps = [
-            (t, _to_csr(weight[:, :, t // k, t % k]))
-            for t in range(k * k)
-            if weight[:, :, t // k, t % k].any()
-        ]
-        self._dtype = weight.dtype
+        self.csr: Tensor | None = _to_csr(weight.reshape(self.out_channels, -1))  # column = channel*k*k + tap
+        self._offsets: dict[int, spmm.OffsetCSR] = {}  # padded plane size -> the C kernel's weights
+        self._taps: list[tuple[int, Tensor]] | None = None  # MKL path: (tap, CSR [out, in]) per non-empty tap
 
     def dense_weight(self) -> Tensor:
-        """The dense [out, in, k, k] weight (rebuilt from the CSR taps)."""
+        """The dense [out, in, k, k] weight (rebuilt from the CSR)."""
         k = self.kernel_size
-        used = self.in_channels if self.channels is None else len(self.channels)
-        taps = torch.zeros(k * k, self.out_channels, used, dtype=self._dtype)
-        for t, tap in self.taps:
-            taps[t] = tap.to_dense()
-        weight = torch.zeros(self.out_channels, self.in_channels, k * k, dtype=self._dtype)
-        weight[:, self.channels if self.channels is not None else slice(None)] = taps.permute(1, 2, 0)
-        return weight.view(self.out_channels, self.in_channels, k, k)
+        weight = torch.zeros(self.out_channels, self.in_channels, k, k, dtype=self.csr.dtype)
+        used = self.csr.to_dense().view(self.out_channels, -1, k, k)
+        weight[:, self.channels if self.channels is not None else slice(None)] = used
+        return weight
 
     def _signature(self, x: Tensor) -> tuple:
         return ("conv", self.in_channels, self.out_channels, self.kernel_size, *x.shape)
 
     def _drop_sparse(self) -> None:
-        self.taps = []
+        self.csr, self._offsets, self._taps = None, {}, None
 
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.conv2d(x, weight, self.bias, padding=self.kernel_size // 2)
 
-    def _sparse_forward(self, x: Tensor) -> Tensor:
-        """Tap-wise sparse conv over chunks of output rows, each padded into a small reused buffer.
+    def _offset_csr(self, plane: int, wp: int) -> spmm.OffsetCSR:
+        """The weights for the C kernel reading a padded [channels, plane] buffer of row length ``wp``."""
+        if plane not in self._offsets:
+            k = self.kernel_size
+            cols = self.csr.col_indices().long()
+            channel, tap = cols // (k * k), cols % (k * k)
+            offsets = channel * plane + (tap // k) * wp + tap % k
+            self._offsets[plane] = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
+        return self._offsets[plane]
 
-        Per chunk of ``rows`` output rows: copy the input rows it reads (``rows + 2p``, zero-padded, plus one
-        zero row so every tap's flat slice stays in bounds) into a buffer, run the k*k CSR products on shifted
-        slices of it into an accumulator, write the accumulator (minus its 2p pad columns) to the output. Both
-        buffers stay in cache, and no padded copy of the whole input is ever made.
+    def _tap_csrs(self) -> list[tuple[int, Tensor]]:
+        """MKL path: one [out, in] CSR per kernel tap that has a non-zero, built on first use."""
+        if self._taps is None:
+            kk = self.kernel_size**2
+            dense = self.csr.to_dense().view(self.out_channels, -1, kk)
+            self._taps = [(t, _to_csr(dense[:, :, t])) for t in range(kk) if dense[:, :, t].any()]
+        return self._taps
+
+    def _sparse_forward(self, x: Tensor) -> Tensor:
+        """Sparse conv over chunks of output rows, each reading its input rows from a small padded buffer.
+
+        Per chunk of ``rows`` output rows, the input rows it reads (``rows + 2p``) are copied zero-padded into
+        a reused buffer that stays in cache. The C kernel does that copy and the product, writing the output
+        rows directly. Without it (no compiler, or not float32) the k*k MKL CSR products run on shifted flat
+        slices of the buffer (one more zero row keeps them in bounds) into an accumulator that is copied out.
         """
         n, _, h, w = x.shape
         k, p = self.kernel_size, self.kernel_size // 2
         wp, cin = w + 2 * p, self.in_channels if self.channels is None else len(self.channels)
         out = x.new_empty(n, self.out_channels, h, w)
-        bias = None if self.bias is None else self.bias.to(x.dtype).view(-1, 1)
-        if not self.taps:  # all weights are zero
-            return _fill_bias(out.view(n, self.out_channels, -1), bias).view_as(out)
-        taps = [((t // k) * wp + t % k, tap) for t, tap in self.taps]
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if self.csr.values().numel() == 0:  # all weights are zero
+            return _fill_bias(out.view(n, self.out_channels, -1), _column(bias)).view_as(out)
+        native = _native(x)
         itemsize = x.element_size()
-        rows = max(
-            1,
-            min(
-                ACC_BYTES // (self.out_channels * wp * itemsize),
-                IN_BYTES // (cin * wp * itemsize) - 2 * p - 1,
-            ),
-        )
+        if native:
+            x = x.contiguous()  # the C kernel reads whole rows of each channel plane
+            rows = max(1, NATIVE_IN_BYTES // (cin * wp * itemsize) - 2 * p)
+        else:
+            rows = max(
+                1,
+                min(
+                    ACC_BYTES // (self.out_channels * wp * itemsize),
+                    IN_BYTES // (cin * wp * itemsize) - 2 * p - 1,
+                ),
+            )
         threads = torch.get_num_threads()
         if threads > 1:  # at least 4 chunks per thread, for balance
             rows = min(rows, max(1, math.ceil(n * h / (4 * threads))))
+        plane = (rows + 2 * p + (not native)) * wp  # MKL's flat slices run one row past the last
+        weights = self._offset_csr(plane, wp) if native else None
+        taps = None if native else [((t // k) * wp + t % k, tap) for t, tap in self._tap_csrs()]
 
         def scratch() -> list[Tensor]:
-            sizes = (
-                cin * (rows + 2 * p + 1) * wp,
-                self.out_channels * rows * wp,
-                cin * (rows + 2 * p) * w * (self.channels is not None),
-            )
-            return [x.new_empty(size) for size in sizes]
+            if native:
+                return [x.new_empty(cin * plane)]
+            gathered = cin * (rows + 2 * p) * w * (self.channels is not None)
+            return [x.new_empty(size) for size in (cin * plane, self.out_channels * rows * wp, gathered)]
 
         def chunk(job: tuple[int, int], buffers: list[Tensor]) -> None:
             i, r0 = job
             r1 = min(h, r0 + rows)
-            lo, hi = max(0, r0 - p), min(h, r1 + p)  # input rows read; buffer row 0 is input row r0 - p
-            top = lo - (r0 - p)
-            padded = buffers[0][: cin * (r1 - r0 + 2 * p + 1) * wp].view(cin, -1, wp)
-            padded[:, :top].zero_()
-            padded[:, top + hi - lo :].zero_()
-            padded[:, top : top + hi - lo, :p].zero_()
-            padded[:, top : top + hi - lo, p + w :].zero_()
-            src = x[i, :, lo:hi]
-            if self.channels is not None:
-                gathered = buffers[2][: cin * (hi - lo) * w].view(cin, hi - lo, w)
-                src = torch.index_select(src, 0, self.channels, out=gathered)
-            padded[:, top : top + hi - lo, p : p + w] = src
+            if native:
+                spmm.conv_rows(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, r1),
+                               buffer=buffers[0], plane=plane, channels=self.channels)  # fmt: skip
+                return
+            padded = self._pad_rows(x[i], r0, r1, buffers[0].view(cin, -1, wp), buffers[2])
             flat = padded.view(cin, -1)
-            acc = _fill_bias(
-                buffers[1][: self.out_channels * (r1 - r0) * wp].view(self.out_channels, -1), bias
-            )
+            acc = buffers[1][: self.out_channels * (r1 - r0) * wp].view(self.out_channels, -1)
+            _fill_bias(acc, _column(bias))
             for offset, tap in taps:
                 acc.addmm_(tap, flat[:, offset : offset + acc.shape[1]])
             out[i, :, r0:r1] = acc.view(self.out_channels, r1 - r0, wp)[..., :w]
 
-        fmas = n * h * wp * sum(tap.values().numel() for _, tap in taps)
+        fmas = n * h * w * self.csr.values().numel()
         _run_chunks(chunk, [(i, r0) for i in range(n) for r0 in range(0, h, rows)], fmas, scratch)
         return out
+
+    def _pad_rows(self, image: Tensor, r0: int, r1: int, padded: Tensor, gathered: Tensor) -> Tensor:
+        """Copy the input rows that output rows [r0, r1) read into ``padded`` [in, rows + 2p + 1, w + 2p],
+        zero-padded; returns ``padded``. Rows beyond ``r1 - r0 + 2p + 1`` are left as they are (unread)."""
+        h, w = image.shape[-2:]
+        p = self.kernel_size // 2
+        lo, hi = max(0, r0 - p), min(h, r1 + p)  # input rows read; buffer row 0 is input row r0 - p
+        top, end = lo - (r0 - p), r1 - r0 + 2 * p + 1
+        padded[:, :top].zero_()
+        padded[:, top + hi - lo : end].zero_()
+        padded[:, top : top + hi - lo, :p].zero_()
+        padded[:, top : top + hi - lo, p + w :].zero_()
+        src = image[:, lo:hi]
+        if self.channels is not None:
+            target = gathered[: len(self.channels) * (hi - lo) * w].view(len(self.channels), hi - lo, w)
+            src = torch.index_select(src, 0, self.channels, out=target)
+        padded[:, top : top + hi - lo, p : p + w] = src
+        return padded
 
 
 class SparseLinear(_SparseBase):
@@ -334,6 +364,7 @@ class SparseLinear(_SparseBase):
         super().__init__(linear.bias, zero_fraction(linear.weight), plan or _Plan())
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.csr: Tensor | None = _to_csr(linear.weight)
+        self._offsets: dict[int, spmm.OffsetCSR] = {}  # channel stride of the input -> the C kernel's weights
 
     def dense_weight(self) -> Tensor:
         """The dense [out, in] weight (rebuilt from CSR)."""
@@ -343,43 +374,75 @@ class SparseLinear(_SparseBase):
         return ("linear", self.in_features, self.out_features, x.numel() // self.in_features)
 
     def _drop_sparse(self) -> None:
-        self.csr = None
+        self.csr, self._offsets = None, {}
 
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.linear(x, weight, self.bias)
 
+    def _offset_csr(self, stride: int) -> spmm.OffsetCSR:
+        """The weights for the C kernel reading channel-major input with ``stride`` between channels."""
+        if stride not in self._offsets:
+            offsets = self.csr.col_indices().long() * stride
+            self._offsets[stride] = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
+        return self._offsets[stride]
+
     def _sparse_forward(self, x: Tensor) -> Tensor:
         """``(W @ x^T)^T``, returned as a transposed view of the channel-major [out, tokens] result.
 
-        The tokens of each chunk are copied channel-major into a reused buffer (MKL wants a row-major right
-        operand; torch would otherwise make that copy itself, inside the pool threads) and the product goes
-        through a reused accumulator; the result stays channel-major, so dense consumers see an ordinary
-        (transposed) [..., out] tensor.
+        Chunks of tokens are read channel-major: straight from ``x`` when it already is (the output of
+        another sparse layer), else copied into a reused buffer. The result stays channel-major, so dense
+        consumers see an ordinary (transposed) [..., out] tensor and the next sparse layer reads it as is.
         """
         tokens = x.reshape(-1, self.in_features)
         total = tokens.shape[0]
-        bias = None if self.bias is None else self.bias.to(x.dtype).view(-1, 1)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
         out = x.new_empty(self.out_features, total)
+        native = _native(x)
         threads = torch.get_num_threads()
-        step = total if threads == 1 else max(1, math.ceil(total / (4 * threads)))
+        step = total
+        if native:
+            step = min(step, max(LANES, NATIVE_IN_BYTES // (self.in_features * x.element_size())))
+        if threads > 1:
+            step = min(step, max(1, math.ceil(total / (4 * threads))))
+        in_place = native and tokens.t().is_contiguous()  # already channel-major: no copy needed
 
         def scratch() -> list[Tensor]:
             return [
-                x.new_empty(self.in_features * step),
-                x.new_empty(self.out_features * step * (step < total)),
+                x.new_empty(self.in_features * step * (not in_place)),
+                x.new_empty(self.out_features * step * (step < total and not native)),
             ]
 
         def chunk(start: int, buffers: list[Tensor]) -> None:
             part = tokens[start : start + step]
-            channel_major = buffers[0][: part.numel()].view(self.in_features, -1).copy_(part.t())
-            if part.shape[0] == total:  # one chunk: accumulate in place
-                _fill_bias(out, bias).addmm_(self.csr, channel_major)
+            width = part.shape[0]
+            if in_place:
+                source, stride = tokens.t().reshape(-1)[start:], total
+            else:
+                source, stride = buffers[0], step
+                buffers[0][: self.in_features * step].view(self.in_features, step)[:, :width].copy_(part.t())
+            if native:
+                weights = self._offset_csr(stride)
+                spmm.spmm(out[:, start : start + width], source, weights, bias, rows=1, width=width,
+                          out_row=0, in_row=0)  # fmt: skip
                 return
-            acc = buffers[1][: self.out_features * part.shape[0]].view(self.out_features, -1)
-            out[:, start : start + part.shape[0]] = _fill_bias(acc, bias).addmm_(self.csr, channel_major)
+            channel_major = source[: self.in_features * stride].view(self.in_features, stride)[:, :width]
+            if width == total:  # one chunk: accumulate in place
+                _fill_bias(out, _column(bias)).addmm_(self.csr, channel_major)
+                return
+            acc = buffers[1][: self.out_features * width].view(self.out_features, -1)
+            out[:, start : start + width] = _fill_bias(acc, _column(bias)).addmm_(self.csr, channel_major)
 
         _run_chunks(chunk, range(0, total, step), total * self.csr.values().numel(), scratch)
         return out.t().view(*x.shape[:-1], self.out_features)
+
+
+def _native(x: Tensor) -> bool:
+    """Whether the compiled kernel runs on ``x`` (float32 and the kernel could be built)."""
+    return x.dtype == torch.float32 and spmm.load() is not None
+
+
+def _column(bias: Tensor | None) -> Tensor | None:
+    return None if bias is None else bias.view(-1, 1)
 
 
 def is_convertible(module: nn.Module) -> bool:

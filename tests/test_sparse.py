@@ -155,7 +155,7 @@ def test_layer_where_sparse_is_slower_falls_back(monkeypatch: pytest.MonkeyPatch
     with torch.inference_mode():
         y = fast(x)
     assert layer_modes(fast) == {"0": "dense"}
-    assert fast[0].taps == []  # the losing CSR copy is dropped
+    assert fast[0].csr is None  # the losing CSR copy is dropped
     torch.testing.assert_close(y, conv(x), atol=1e-5, rtol=0)
 
 

@@ -1,0 +1,190 @@
+"""The compiled sparse x dense kernel behind :mod:`iss.sparse`: built once with the system C compiler.
+
+``csrc/spmm.c`` is plain C (no Python or torch headers), so it compiles in about a second with ``cc`` and is
+called through :mod:`ctypes`, which releases the GIL for the call. The shared library is cached under
+``$ISS_CACHE_DIR/kernels`` keyed by the source, the compiler and the CPU, and built for the local CPU
+(``-march=native``). Without a working compiler, or with ``ISS_NATIVE=0``, :func:`load` returns None and
+:mod:`iss.sparse` falls back to its pure-PyTorch path (MKL's CSR product), which gives the same results.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .data import cache_dir
+
+__all__ = ["OffsetCSR", "conv_rows", "load", "spmm"]
+
+SOURCE = Path(__file__).with_name("csrc") / "spmm.c"
+FLAGS = (["-O3", "-march=native"], ["-O3"])  # the second for compilers or CPUs without -march=native
+
+
+def _cpu_id() -> str:
+    """What the compiled code depends on besides the source: machine type and CPU feature flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next(line for line in lines if line.startswith(("flags", "Features")))
+    except (OSError, StopIteration):
+        flags = platform.processor()
+    return f"{platform.machine()} {flags}"
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc"))
+
+
+def _build(target: Path, compiler: str) -> None:
+    """Compile ``SOURCE`` into ``target`` (atomically: concurrent builders each write their own temp file)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    errors = []
+    for flags in FLAGS:
+        with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
+            temp = Path(tmp.name)
+        cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(temp), str(SOURCE)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            os.replace(temp, target)
+            return
+        temp.unlink(missing_ok=True)
+        errors.append(done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"])
+    raise RuntimeError(f"{compiler} failed: {errors}")
+
+
+@functools.cache
+def load() -> ctypes.CDLL | None:
+    """The compiled library (``iss_spmm``, ``iss_conv_rows``), built on first use; None (with a warning)
+    when it cannot be built."""
+    if os.environ.get("ISS_NATIVE", "1") == "0":
+        return None
+    compiler = _compiler()
+    if compiler is None:
+        warnings.warn(
+            "no C compiler (cc) found: iss.sparse uses its slower pure-PyTorch kernels", stacklevel=2
+        )
+        return None
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(SOURCE.read_bytes() + version.encode() + _cpu_id().encode()).hexdigest()[:16]
+    target = cache_dir() / "kernels" / f"spmm-{key}.so"
+    try:
+        if not target.exists():
+            _build(target, compiler)
+        lib = ctypes.CDLL(str(target))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.iss_spmm.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr]
+    lib.iss_conv_rows.argtypes = [ptr, ptr, ptr, *[i64] * 6, ptr, i64, i64, ptr, ptr, ptr, ptr]
+    lib.iss_spmm.restype = lib.iss_conv_rows.restype = None
+    return lib
+
+
+@dataclass(frozen=True)
+class OffsetCSR:
+    """A CSR matrix whose column indices are element offsets into the kernel's input (input channel, and
+    for a conv the kernel tap, folded together), in the kernel's index types."""
+
+    rowptr: Tensor  # int32 [rows + 1]
+    offsets: Tensor  # int64 [nnz]
+    values: Tensor  # float32 [nnz]
+    reach: int  # 1 + the largest offset (0 when empty): the input must extend this far beyond each row
+
+    @classmethod
+    def build(cls, rowptr: Tensor, offsets: Tensor, values: Tensor) -> OffsetCSR:
+        if offsets.numel() and int(offsets.min()) < 0:
+            raise ValueError("negative offset")
+        reach = int(offsets.max()) + 1 if offsets.numel() else 0
+        return cls(
+            rowptr.to(torch.int32).contiguous(),
+            offsets.to(torch.int64).contiguous(),
+            values.to(torch.float32).contiguous(),
+            reach,
+        )
+
+
+def spmm(
+    out: Tensor, inp: Tensor, weight: OffsetCSR, bias: Tensor | None, *, rows: int, width: int, out_row: int,
+    in_row: int,
+) -> None:  # fmt: skip
+    """``out[co, r, x] = bias[co] + sum_k values[k] * inp.flat[offsets[k] + r * in_row + x]`` (see spmm.c).
+
+    ``out``'s first stride and ``out_row`` locate output ``(co, r, x)``. The checks keep every read and
+    write inside the tensors, since C does not.
+    """
+    lib = _library()
+    cout = weight.rowptr.numel() - 1
+    if not (out.dtype == inp.dtype == torch.float32 and inp.is_contiguous()):
+        raise ValueError("spmm needs float32 tensors and a contiguous input")
+    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
+        raise ValueError("spmm needs a contiguous float32 bias with one entry per output row")
+    if cout <= 0 or rows <= 0 or width <= 0:
+        return
+    if weight.reach and weight.reach - 1 + (rows - 1) * in_row + width > inp.numel():
+        raise ValueError("spmm would read outside the input")
+    end = out.storage_offset() + (cout - 1) * out.stride(0) + (rows - 1) * out_row + width
+    if end > out.untyped_storage().nbytes() // 4:
+        raise ValueError("spmm would write outside the output")
+    lib.iss_spmm(
+        out.data_ptr(), out.stride(0), out_row, inp.data_ptr(), in_row, rows, width, cout,
+        weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
+        0 if bias is None else bias.data_ptr(),
+    )  # fmt: skip
+
+
+def conv_rows(
+    out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
+    buffer: Tensor, plane: int, channels: Tensor | None = None,
+) -> None:  # fmt: skip
+    """Output ``rows`` of a k x k 'same' convolution of ``image`` [C, H, W] into ``out`` [cout, H, W].
+
+    The input rows they read are zero-padded into ``buffer`` (``plane`` floats per used input channel, the
+    plane ``weight``'s offsets were computed for), in C; ``channels`` lists the input channels used.
+    """
+    lib = _library()
+    p = kernel_size // 2
+    cout, (c, h, w) = weight.rowptr.numel() - 1, image.shape
+    cin = c if channels is None else channels.numel()
+    if not (out.dtype == image.dtype == buffer.dtype == torch.float32):
+        raise ValueError("conv_rows needs float32 tensors")
+    if not (out.is_contiguous() and image.is_contiguous() and buffer.is_contiguous()):
+        raise ValueError("conv_rows needs contiguous tensors")
+    if out.shape != (cout, h, w) or not (0 <= rows.start <= rows.stop <= h):
+        raise ValueError(f"conv_rows: output {tuple(out.shape)} or rows {rows} do not fit ({cout}, {h}, {w})")
+    if plane < (len(rows) + 2 * p) * (w + 2 * p) or buffer.numel() < cin * plane:
+        raise ValueError("conv_rows: buffer too small for these rows")
+    if weight.reach > (cin - 1) * plane + (2 * p + 1) * (w + 2 * p):
+        raise ValueError("conv_rows: weights read outside the padded rows")
+    if channels is not None and not (
+        channels.dtype == torch.int64 and channels.is_contiguous()
+        and 0 <= channels.min() <= channels.max() < c
+    ):  # fmt: skip
+        raise ValueError("conv_rows: bad channel list")
+    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
+        raise ValueError("conv_rows needs a contiguous float32 bias with one entry per output channel")
+    if len(rows) == 0:
+        return
+    lib.iss_conv_rows(
+        out.data_ptr(), image.data_ptr(), 0 if channels is None else channels.data_ptr(), cin, h, w, p,
+        rows.start, rows.stop, buffer.data_ptr(), plane, cout, weight.rowptr.data_ptr(),
+        weight.offsets.data_ptr(), weight.values.data_ptr(), 0 if bias is None else bias.data_ptr(),
+    )  # fmt: skip
+
+
+def _library() -> ctypes.CDLL:
+    lib = load()
+    if lib is None:
+        raise RuntimeError("the compiled sparse kernel is not available")
+    return lib
