@@ -41,7 +41,9 @@ __all__ = ["SparseConv2d", "SparseLinear", "is_convertible", "layer_modes", "spa
 MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
 ACC_BYTES = 2 << 20  # MKL path: conv output chunk, kept in cache across the taps (best of 1-8 MiB on Zen 4)
 IN_BYTES = 4 << 20  # MKL path: padded input rows of one conv chunk
-NATIVE_IN_BYTES = 1 << 20  # C kernel: input of one chunk, read once per output channel (~ a core's L2)
+NATIVE_IN_BYTES = 1 << 20  # C kernel: input of one tile, read once per output channel (~ a core's L2)
+MIN_ROWS = 4  # C kernel: rows per tile at least, so the 2p halo rows copied stay a small overhead
+TILE_COLS = 128  # C kernel: tile width (a multiple of its 8 x 16-float register block)
 LANES = 16  # the C kernel's vector width, in floats
 PARALLEL_MIN_FMAS = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
@@ -240,7 +242,7 @@ class SparseConv2d(_SparseBase):
         if self.channels is not None:
             weight = weight[:, self.channels]
         self.csr: Tensor | None = _to_csr(weight.reshape(self.out_channels, -1))  # column = channel*k*k + tap
-        self._offsets: dict[int, spmm.OffsetCSR] = {}  # padded plane size -> the C kernel's weights
+        self._offsets: dict[tuple[int, int], spmm.OffsetCSR] = {}  # (plane, ld) -> the C kernel's weights
         self._taps: list[tuple[int, Tensor]] | None = None  # MKL path: (tap, CSR [out, in]) per non-empty tap
 
     def dense_weight(self) -> Tensor:
@@ -260,15 +262,16 @@ class SparseConv2d(_SparseBase):
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.conv2d(x, weight, self.bias, padding=self.kernel_size // 2)
 
-    def _offset_csr(self, plane: int, wp: int) -> spmm.OffsetCSR:
-        """The weights for the C kernel reading a padded [channels, plane] buffer of row length ``wp``."""
-        if plane not in self._offsets:
+    def _offset_csr(self, plane: int, ld: int) -> spmm.OffsetCSR:
+        """The weights for the C kernel reading a padded [channels, plane] buffer with rows ``ld`` apart."""
+        if (plane, ld) not in self._offsets:
             k = self.kernel_size
             cols = self.csr.col_indices().long()
             channel, tap = cols // (k * k), cols % (k * k)
-            offsets = channel * plane + (tap // k) * wp + tap % k
-            self._offsets[plane] = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
-        return self._offsets[plane]
+            offsets = channel * plane + (tap // k) * ld + tap % k
+            weights = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
+            self._offsets[plane, ld] = weights
+        return self._offsets[plane, ld]
 
     def _tap_csrs(self) -> list[tuple[int, Tensor]]:
         """MKL path: one [out, in] CSR per kernel tap that has a non-zero, built on first use."""
@@ -281,51 +284,72 @@ class SparseConv2d(_SparseBase):
     def _sparse_forward(self, x: Tensor) -> Tensor:
         """Sparse conv over chunks of output rows, each reading its input rows from a small padded buffer.
 
-        Per chunk of ``rows`` output rows, the input rows it reads (``rows + 2p``) are copied zero-padded into
-        a reused buffer that stays in cache. The C kernel does that copy and the product, writing the output
-        rows directly. Without it (no compiler, or not float32) the k*k MKL CSR products run on shifted flat
-        slices of the buffer (one more zero row keeps them in bounds) into an accumulator that is copied out.
+        Per tile of output rows (and columns), the input it reads is copied zero-padded into a reused buffer
+        that stays in cache. The C kernel does that copy and the product, writing the output directly.
+        Without it (no compiler, or not float32) the k*k MKL CSR products run on shifted flat slices of the
+        buffer (one more zero row keeps them in bounds) into an accumulator that is copied out.
         """
         n, _, h, w = x.shape
-        k, p = self.kernel_size, self.kernel_size // 2
-        wp, cin = w + 2 * p, self.in_channels if self.channels is None else len(self.channels)
         out = x.new_empty(n, self.out_channels, h, w)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         if self.csr.values().numel() == 0:  # all weights are zero
             return _fill_bias(out.view(n, self.out_channels, -1), _column(bias)).view_as(out)
-        native = _native(x)
-        itemsize = x.element_size()
-        if native:
-            x = x.contiguous()  # the C kernel reads whole rows of each channel plane
-            rows = max(1, NATIVE_IN_BYTES // (cin * wp * itemsize) - 2 * p)
+        if _native(x):
+            self._native_forward(x.contiguous(), out, bias)
         else:
-            rows = max(
-                1,
-                min(
-                    ACC_BYTES // (self.out_channels * wp * itemsize),
-                    IN_BYTES // (cin * wp * itemsize) - 2 * p - 1,
-                ),
-            )
+            self._mkl_forward(x, out, bias)
+        return out
+
+    def _native_forward(self, x: Tensor, out: Tensor, bias: Tensor | None) -> None:
+        """C kernel over tiles of at most ``TILE_COLS`` columns and enough rows to fill its input buffer."""
+        n, _, h, w = x.shape
+        k, p = self.kernel_size, self.kernel_size // 2
+        cin = self.in_channels if self.channels is None else len(self.channels)
+        cols = min(w, TILE_COLS)
+        ld = cols + 2 * p
+        rows = max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p)
+        tiles_across = math.ceil(w / cols)
+        threads = torch.get_num_threads()
+        if threads > 1:  # at least 4 tiles per thread, for balance
+            rows = min(rows, max(1, math.ceil(n * h * tiles_across / (4 * threads))))
+        plane = (rows + 2 * p) * ld
+        weights = self._offset_csr(plane, ld)
+
+        def tile(job: tuple[int, int, int], buffers: list[Tensor]) -> None:
+            i, r0, c0 = job
+            spmm.conv_tile(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, min(h, r0 + rows)),
+                           cols=range(c0, min(w, c0 + cols)), buffer=buffers[0], plane=plane, ld=ld,
+                           channels=self.channels)  # fmt: skip
+
+        jobs = [(i, r0, c0) for i in range(n) for r0 in range(0, h, rows) for c0 in range(0, w, cols)]
+        _run_chunks(tile, jobs, n * h * w * self.csr.values().numel(), lambda: [x.new_empty(cin * plane)])
+
+    def _mkl_forward(self, x: Tensor, out: Tensor, bias: Tensor | None) -> None:
+        """k*k MKL CSR products per chunk of rows, on shifted flat slices of a padded copy of its input."""
+        n, _, h, w = x.shape
+        k, p = self.kernel_size, self.kernel_size // 2
+        wp, cin = w + 2 * p, self.in_channels if self.channels is None else len(self.channels)
+        itemsize = x.element_size()
+        rows = max(
+            1,
+            min(
+                ACC_BYTES // (self.out_channels * wp * itemsize),
+                IN_BYTES // (cin * wp * itemsize) - 2 * p - 1,
+            ),
+        )
         threads = torch.get_num_threads()
         if threads > 1:  # at least 4 chunks per thread, for balance
             rows = min(rows, max(1, math.ceil(n * h / (4 * threads))))
-        plane = (rows + 2 * p + (not native)) * wp  # MKL's flat slices run one row past the last
-        weights = self._offset_csr(plane, wp) if native else None
-        taps = None if native else [((t // k) * wp + t % k, tap) for t, tap in self._tap_csrs()]
+        taps = [((t // k) * wp + t % k, tap) for t, tap in self._tap_csrs()]
 
         def scratch() -> list[Tensor]:
-            if native:
-                return [x.new_empty(cin * plane)]
             gathered = cin * (rows + 2 * p) * w * (self.channels is not None)
-            return [x.new_empty(size) for size in (cin * plane, self.out_channels * rows * wp, gathered)]
+            sizes = (cin * (rows + 2 * p + 1) * wp, self.out_channels * rows * wp, gathered)
+            return [x.new_empty(size) for size in sizes]
 
         def chunk(job: tuple[int, int], buffers: list[Tensor]) -> None:
             i, r0 = job
             r1 = min(h, r0 + rows)
-            if native:
-                spmm.conv_rows(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, r1),
-                               buffer=buffers[0], plane=plane, channels=self.channels)  # fmt: skip
-                return
             padded = self._pad_rows(x[i], r0, r1, buffers[0].view(cin, -1, wp), buffers[2])
             flat = padded.view(cin, -1)
             acc = buffers[1][: self.out_channels * (r1 - r0) * wp].view(self.out_channels, -1)
@@ -336,7 +360,6 @@ class SparseConv2d(_SparseBase):
 
         fmas = n * h * w * self.csr.values().numel()
         _run_chunks(chunk, [(i, r0) for i in range(n) for r0 in range(0, h, rows)], fmas, scratch)
-        return out
 
     def _pad_rows(self, image: Tensor, r0: int, r1: int, padded: Tensor, gathered: Tensor) -> Tensor:
         """Copy the input rows that output rows [r0, r1) read into ``padded`` [in, rows + 2p + 1, w + 2p],

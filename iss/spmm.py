@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .data import cache_dir
 
-__all__ = ["OffsetCSR", "conv_rows", "load", "spmm"]
+__all__ = ["OffsetCSR", "conv_tile", "load", "spmm"]
 
 SOURCE = Path(__file__).with_name("csrc") / "spmm.c"
 FLAGS = (["-O3", "-march=native"], ["-O3"])  # the second for compilers or CPUs without -march=native
@@ -65,7 +65,7 @@ def _build(target: Path, compiler: str) -> None:
 
 @functools.cache
 def load() -> ctypes.CDLL | None:
-    """The compiled library (``iss_spmm``, ``iss_conv_rows``), built on first use; None (with a warning)
+    """The compiled library (``iss_spmm``, ``iss_conv_tile``), built on first use; None (with a warning)
     when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
@@ -87,8 +87,8 @@ def load() -> ctypes.CDLL | None:
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.iss_spmm.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr]
-    lib.iss_conv_rows.argtypes = [ptr, ptr, ptr, *[i64] * 6, ptr, i64, i64, ptr, ptr, ptr, ptr]
-    lib.iss_spmm.restype = lib.iss_conv_rows.restype = None
+    lib.iss_conv_tile.argtypes = [ptr, ptr, ptr, *[i64] * 8, ptr, i64, i64, i64, ptr, ptr, ptr, ptr]
+    lib.iss_spmm.restype = lib.iss_conv_tile.restype = None
     return lib
 
 
@@ -144,42 +144,46 @@ def spmm(
     )  # fmt: skip
 
 
-def conv_rows(
+def conv_tile(
     out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
-    buffer: Tensor, plane: int, channels: Tensor | None = None,
+    cols: range, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
 ) -> None:  # fmt: skip
-    """Output ``rows`` of a k x k 'same' convolution of ``image`` [C, H, W] into ``out`` [cout, H, W].
+    """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] into ``out``.
 
-    The input rows they read are zero-padded into ``buffer`` (``plane`` floats per used input channel, the
-    plane ``weight``'s offsets were computed for), in C; ``channels`` lists the input channels used.
+    The input they read is zero-padded into ``buffer`` (``plane`` floats per used input channel, in rows
+    ``ld`` apart: the layout ``weight``'s offsets were computed for), in C; ``channels`` lists the input
+    channels used (None: all).
     """
     lib = _library()
     p = kernel_size // 2
     cout, (c, h, w) = weight.rowptr.numel() - 1, image.shape
-    cin = c if channels is None else channels.numel()
+    cin, tw = (c if channels is None else channels.numel()), len(cols) + 2 * p
     if not (out.dtype == image.dtype == buffer.dtype == torch.float32):
-        raise ValueError("conv_rows needs float32 tensors")
+        raise ValueError("conv_tile needs float32 tensors")
     if not (out.is_contiguous() and image.is_contiguous() and buffer.is_contiguous()):
-        raise ValueError("conv_rows needs contiguous tensors")
-    if out.shape != (cout, h, w) or not (0 <= rows.start <= rows.stop <= h):
-        raise ValueError(f"conv_rows: output {tuple(out.shape)} or rows {rows} do not fit ({cout}, {h}, {w})")
-    if plane < (len(rows) + 2 * p) * (w + 2 * p) or buffer.numel() < cin * plane:
-        raise ValueError("conv_rows: buffer too small for these rows")
-    if weight.reach > (cin - 1) * plane + (2 * p + 1) * (w + 2 * p):
-        raise ValueError("conv_rows: weights read outside the padded rows")
+        raise ValueError("conv_tile needs contiguous tensors")
+    if out.shape != (cout, h, w) or rows.step != 1 or cols.step != 1:
+        raise ValueError(f"conv_tile: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
+    if not (0 <= rows.start <= rows.stop <= h and 0 <= cols.start <= cols.stop <= w):
+        raise ValueError(f"conv_tile: rows {rows} or columns {cols} outside the {h}x{w} image")
+    if ld < tw or plane < (len(rows) + 2 * p) * ld or buffer.numel() < cin * plane:
+        raise ValueError("conv_tile: buffer too small for this tile")
+    if weight.reach and weight.reach - 1 + (len(rows) - 1) * ld + len(cols) > buffer.numel():
+        raise ValueError("conv_tile: weights read outside the buffer")
     if channels is not None and not (
         channels.dtype == torch.int64 and channels.is_contiguous()
         and 0 <= channels.min() <= channels.max() < c
     ):  # fmt: skip
-        raise ValueError("conv_rows: bad channel list")
+        raise ValueError("conv_tile: bad channel list")
     if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
-        raise ValueError("conv_rows needs a contiguous float32 bias with one entry per output channel")
-    if len(rows) == 0:
+        raise ValueError("conv_tile needs a contiguous float32 bias with one entry per output channel")
+    if not rows or not cols:
         return
-    lib.iss_conv_rows(
+    lib.iss_conv_tile(
         out.data_ptr(), image.data_ptr(), 0 if channels is None else channels.data_ptr(), cin, h, w, p,
-        rows.start, rows.stop, buffer.data_ptr(), plane, cout, weight.rowptr.data_ptr(),
-        weight.offsets.data_ptr(), weight.values.data_ptr(), 0 if bias is None else bias.data_ptr(),
+        rows.start, rows.stop, cols.start, cols.stop, buffer.data_ptr(), plane, ld, cout,
+        weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
+        0 if bias is None else bias.data_ptr(),
     )  # fmt: skip
 
 

@@ -53,28 +53,31 @@ void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int6
     }
 }
 
-/* Output rows [r0, r1) of a k x k 'same' convolution (p = k / 2) of one image in[channels][h][w]: copy the
- * input rows they read, zero-padded, into buf[cin][plane] (plane = rows * (w + 2p), rows >= r1 - r0 + 2p),
- * which stays in cache, then run iss_spmm on it into out[cout][h][w]. `channels` (or NULL: 0..cin-1) lists
- * the input channels the weights read; `off` is computed for this plane. */
-void iss_conv_rows(float *out, const float *in, const int64_t *channels, int64_t cin, int64_t h, int64_t w,
-                   int64_t p, int64_t r0, int64_t r1, float *buf, int64_t plane, int64_t cout,
-                   const int32_t *rowptr, const int64_t *off, const float *val, const float *bias)
+/* Output tile rows [r0, r1) x columns [c0, c1) of a k x k 'same' convolution (p = k / 2) of one image
+ * in[channels][h][w]: copy the input it reads, zero-padded, into buf[cin][plane] (r1 - r0 + 2p rows of
+ * c1 - c0 + 2p floats, `ld` apart), which stays in cache, then run iss_spmm on it into out[cout][h][w]. `channels` (or NULL: 0..cin-1) lists the input channels the weights read; `off`
+ * is computed for this plane and row length. */
+void iss_conv_tile(float *out, const float *in, const int64_t *channels, int64_t cin, int64_t h, int64_t w,
+                   int64_t p, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *buf, int64_t plane, int64_t ld,
+                   int64_t cout, const int32_t *rowptr, const int64_t *off, const float *val, const float *bias)
 {
-    const int64_t wp = w + 2 * p;
+    const int64_t tw = c1 - c0 + 2 * p;                   /* padded tile width */
+    const int64_t x0 = c0 - p < 0 ? 0 : c0 - p;           /* input columns copied: [x0, x1) */
+    const int64_t x1 = c1 + p > w ? w : c1 + p;
+    const int64_t lead = x0 - (c0 - p), trail = tw - lead - (x1 - x0);
     for (int64_t c = 0; c < cin; c++) {
         const float *src = in + (channels ? channels[c] : c) * h * w;
         for (int64_t j = 0; j < r1 - r0 + 2 * p; j++) {
             const int64_t y = r0 - p + j;
-            float *dst = buf + c * plane + j * wp;
+            float *dst = buf + c * plane + j * ld;
             if (y < 0 || y >= h) {
-                memset(dst, 0, wp * sizeof *dst);
+                memset(dst, 0, tw * sizeof *dst);
                 continue;
             }
-            memset(dst, 0, p * sizeof *dst);
-            memcpy(dst + p, src + y * w, w * sizeof *dst);
-            memset(dst + p + w, 0, p * sizeof *dst);
+            memset(dst, 0, lead * sizeof *dst);
+            memcpy(dst + lead, src + y * w + x0, (x1 - x0) * sizeof *dst);
+            memset(dst + tw - trail, 0, trail * sizeof *dst);
         }
     }
-    iss_spmm(out + r0 * w, h * w, w, buf, wp, r1 - r0, w, cout, rowptr, off, val, bias);
+    iss_spmm(out + r0 * w + c0, h * w, w, buf, ld, r1 - r0, c1 - c0, cout, rowptr, off, val, bias);
 }
