@@ -44,6 +44,7 @@ IN_BYTES = 4 << 20  # MKL path: padded input rows of one conv chunk
 NATIVE_IN_BYTES = 1 << 20  # C kernel: input of one tile, read once per output channel (~ a core's L2)
 MIN_ROWS = 4  # C kernel: rows per tile at least, so the 2p halo rows copied stay a small overhead
 TILE_COLS = 128  # C kernel: tile width (a multiple of its 8 x 16-float register block)
+LINEAR_BUFFER_BYTES = 512 << 10  # C kernel: one chunk of tokens, in and out, transposed (in L2)
 LANES = 16  # the C kernel's vector width, in floats
 PARALLEL_MIN_FMAS = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
@@ -381,13 +382,13 @@ class SparseConv2d(_SparseBase):
 
 
 class SparseLinear(_SparseBase):
-    """Linear layer computed as ``W_csr @ x^T`` on the channel-major view of the tokens."""
+    """Linear layer computed as ``W_csr @ x^T`` on channel-major copies of chunks of the tokens."""
 
     def __init__(self, linear: nn.Linear, plan: _Plan | None = None) -> None:
         super().__init__(linear.bias, zero_fraction(linear.weight), plan or _Plan())
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.csr: Tensor | None = _to_csr(linear.weight)
-        self._offsets: dict[int, spmm.OffsetCSR] = {}  # channel stride of the input -> the C kernel's weights
+        self._offsets: dict[int, spmm.OffsetCSR] = {}  # buffer row length -> the C kernel's weights
 
     def dense_weight(self) -> Tensor:
         """The dense [out, in] weight (rebuilt from CSR)."""
@@ -402,58 +403,70 @@ class SparseLinear(_SparseBase):
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.linear(x, weight, self.bias)
 
-    def _offset_csr(self, stride: int) -> spmm.OffsetCSR:
-        """The weights for the C kernel reading channel-major input with ``stride`` between channels."""
-        if stride not in self._offsets:
-            offsets = self.csr.col_indices().long() * stride
-            self._offsets[stride] = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
-        return self._offsets[stride]
+    def _offset_csr(self, ld: int) -> spmm.OffsetCSR:
+        """The weights for the C kernel reading channel-major tokens with rows ``ld`` apart."""
+        if ld not in self._offsets:
+            offsets = self.csr.col_indices().long() * ld
+            self._offsets[ld] = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
+        return self._offsets[ld]
 
     def _sparse_forward(self, x: Tensor) -> Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if _native(x):
+            return self._native_forward(x, bias)
+        return self._mkl_forward(x, bias)
+
+    def _native_forward(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """C kernel over chunks of tokens, transposed to channel-major and back inside it (in cache)."""
+        tokens = x.reshape(-1, self.in_features).contiguous()
+        total = tokens.shape[0]
+        out = x.new_empty(total, self.out_features)
+        width = self.in_features + self.out_features
+        step = max(LANES, LINEAR_BUFFER_BYTES // (width * x.element_size()) // LANES * LANES)
+        threads = torch.get_num_threads()
+        if threads > 1:  # at least 4 chunks per thread, for balance
+            step = min(step, LANES * max(1, math.ceil(total / (4 * threads * LANES))))
+        step = min(step, total)
+        weights = self._offset_csr(step)
+
+        def chunk(start: int, buffers: list[Tensor]) -> None:
+            span = range(start, min(total, start + step))
+            spmm.linear_tokens(out, tokens, weights, bias, span=span, buffer=buffers[0], ld=step)
+
+        fmas = total * self.csr.values().numel()
+        _run_chunks(chunk, range(0, total, step), fmas, lambda: [x.new_empty(width * step)])
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def _mkl_forward(self, x: Tensor, bias: Tensor | None) -> Tensor:
         """``(W @ x^T)^T``, returned as a transposed view of the channel-major [out, tokens] result.
 
-        Chunks of tokens are read channel-major: straight from ``x`` when it already is (the output of
-        another sparse layer), else copied into a reused buffer. The result stays channel-major, so dense
-        consumers see an ordinary (transposed) [..., out] tensor and the next sparse layer reads it as is.
+        The tokens of each chunk are copied channel-major into a reused buffer (MKL wants a row-major right
+        operand; torch would otherwise make that copy itself, inside the pool threads) and the product goes
+        through a reused accumulator; the result stays channel-major, so dense consumers see an ordinary
+        (transposed) [..., out] tensor.
         """
         tokens = x.reshape(-1, self.in_features)
         total = tokens.shape[0]
-        bias = None if self.bias is None else self.bias.to(x.dtype)
         out = x.new_empty(self.out_features, total)
-        native = _native(x)
         threads = torch.get_num_threads()
-        step = total
-        if native:
-            step = min(step, max(LANES, NATIVE_IN_BYTES // (self.in_features * x.element_size())))
-        if threads > 1:
-            step = min(step, max(1, math.ceil(total / (4 * threads))))
-        in_place = native and tokens.t().is_contiguous()  # already channel-major: no copy needed
+        step = total if threads == 1 else max(1, math.ceil(total / (4 * threads)))
 
         def scratch() -> list[Tensor]:
             return [
-                x.new_empty(self.in_features * step * (not in_place)),
-                x.new_empty(self.out_features * step * (step < total and not native)),
+                x.new_empty(self.in_features * step),
+                x.new_empty(self.out_features * step * (step < total)),
             ]
 
         def chunk(start: int, buffers: list[Tensor]) -> None:
             part = tokens[start : start + step]
-            width = part.shape[0]
-            if in_place:
-                source, stride = tokens.t().reshape(-1)[start:], total
-            else:
-                source, stride = buffers[0], step
-                buffers[0][: self.in_features * step].view(self.in_features, step)[:, :width].copy_(part.t())
-            if native:
-                weights = self._offset_csr(stride)
-                spmm.spmm(out[:, start : start + width], source, weights, bias, rows=1, width=width,
-                          out_row=0, in_row=0)  # fmt: skip
-                return
-            channel_major = source[: self.in_features * stride].view(self.in_features, stride)[:, :width]
-            if width == total:  # one chunk: accumulate in place
+            channel_major = buffers[0][: part.numel()].view(self.in_features, -1).copy_(part.t())
+            if part.shape[0] == total:  # one chunk: accumulate in place
                 _fill_bias(out, _column(bias)).addmm_(self.csr, channel_major)
                 return
-            acc = buffers[1][: self.out_features * width].view(self.out_features, -1)
-            out[:, start : start + width] = _fill_bias(acc, _column(bias)).addmm_(self.csr, channel_major)
+            acc = buffers[1][: self.out_features * part.shape[0]].view(self.out_features, -1)
+            out[:, start : start + part.shape[0]] = _fill_bias(acc, _column(bias)).addmm_(
+                self.csr, channel_major
+            )
 
         _run_chunks(chunk, range(0, total, step), total * self.csr.values().numel(), scratch)
         return out.t().view(*x.shape[:-1], self.out_features)

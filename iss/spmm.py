@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .data import cache_dir
 
-__all__ = ["OffsetCSR", "conv_tile", "load", "spmm"]
+__all__ = ["OffsetCSR", "conv_tile", "linear_tokens", "load"]
 
 SOURCE = Path(__file__).with_name("csrc") / "spmm.c"
 FLAGS = (["-O3", "-march=native"], ["-O3"])  # the second for compilers or CPUs without -march=native
@@ -65,8 +65,8 @@ def _build(target: Path, compiler: str) -> None:
 
 @functools.cache
 def load() -> ctypes.CDLL | None:
-    """The compiled library (``iss_spmm``, ``iss_conv_tile``), built on first use; None (with a warning)
-    when it cannot be built."""
+    """The compiled library (``iss_conv_tile``, ``iss_linear_tokens``), built on first use; None (with a
+    warning) when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
     compiler = _compiler()
@@ -86,9 +86,9 @@ def load() -> ctypes.CDLL | None:
         warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.iss_spmm.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr]
     lib.iss_conv_tile.argtypes = [ptr, ptr, ptr, *[i64] * 8, ptr, i64, i64, i64, ptr, ptr, ptr, ptr]
-    lib.iss_spmm.restype = lib.iss_conv_tile.restype = None
+    lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
+    lib.iss_conv_tile.restype = lib.iss_linear_tokens.restype = None
     return lib
 
 
@@ -113,35 +113,6 @@ class OffsetCSR:
             values.to(torch.float32).contiguous(),
             reach,
         )
-
-
-def spmm(
-    out: Tensor, inp: Tensor, weight: OffsetCSR, bias: Tensor | None, *, rows: int, width: int, out_row: int,
-    in_row: int,
-) -> None:  # fmt: skip
-    """``out[co, r, x] = bias[co] + sum_k values[k] * inp.flat[offsets[k] + r * in_row + x]`` (see spmm.c).
-
-    ``out``'s first stride and ``out_row`` locate output ``(co, r, x)``. The checks keep every read and
-    write inside the tensors, since C does not.
-    """
-    lib = _library()
-    cout = weight.rowptr.numel() - 1
-    if not (out.dtype == inp.dtype == torch.float32 and inp.is_contiguous()):
-        raise ValueError("spmm needs float32 tensors and a contiguous input")
-    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
-        raise ValueError("spmm needs a contiguous float32 bias with one entry per output row")
-    if cout <= 0 or rows <= 0 or width <= 0:
-        return
-    if weight.reach and weight.reach - 1 + (rows - 1) * in_row + width > inp.numel():
-        raise ValueError("spmm would read outside the input")
-    end = out.storage_offset() + (cout - 1) * out.stride(0) + (rows - 1) * out_row + width
-    if end > out.untyped_storage().nbytes() // 4:
-        raise ValueError("spmm would write outside the output")
-    lib.iss_spmm(
-        out.data_ptr(), out.stride(0), out_row, inp.data_ptr(), in_row, rows, width, cout,
-        weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
-        0 if bias is None else bias.data_ptr(),
-    )  # fmt: skip
 
 
 def conv_tile(
@@ -182,6 +153,38 @@ def conv_tile(
     lib.iss_conv_tile(
         out.data_ptr(), image.data_ptr(), 0 if channels is None else channels.data_ptr(), cin, h, w, p,
         rows.start, rows.stop, cols.start, cols.stop, buffer.data_ptr(), plane, ld, cout,
+        weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
+        0 if bias is None else bias.data_ptr(),
+    )  # fmt: skip
+
+
+def linear_tokens(
+    out: Tensor, tokens: Tensor, weight: OffsetCSR, bias: Tensor | None, *, span: range, buffer: Tensor,
+    ld: int,
+) -> None:  # fmt: skip
+    """Rows ``span`` of ``out`` [N, cout] = ``tokens`` [N, cin] @ W^T + bias, both token-major.
+
+    The tokens are transposed into ``buffer`` (channel rows ``ld`` apart, the layout ``weight``'s offsets
+    were computed for), multiplied there, and the result transposed back, all in C.
+    """
+    lib = _library()
+    (n, cin), cout = tokens.shape, weight.rowptr.numel() - 1
+    if not (out.dtype == tokens.dtype == buffer.dtype == torch.float32):
+        raise ValueError("linear_tokens needs float32 tensors")
+    if not (out.is_contiguous() and tokens.is_contiguous() and buffer.is_contiguous()):
+        raise ValueError("linear_tokens needs contiguous tensors")
+    if out.shape != (n, cout) or span.step != 1 or not 0 <= span.start <= span.stop <= n:
+        raise ValueError(f"linear_tokens: output {tuple(out.shape)} or span {span} do not fit ({n}, {cout})")
+    if ld < len(span) or buffer.numel() < (cin + cout) * ld:
+        raise ValueError("linear_tokens: buffer too small for this span")
+    if weight.reach > (cin - 1) * ld + 1:
+        raise ValueError("linear_tokens: weights read outside the buffer")
+    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
+        raise ValueError("linear_tokens needs a contiguous float32 bias with one entry per output")
+    if not span:
+        return
+    lib.iss_linear_tokens(
+        out.data_ptr(), tokens.data_ptr(), cin, cout, span.start, span.stop, buffer.data_ptr(), ld,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
         0 if bias is None else bias.data_ptr(),
     )  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from iss import archs, sparse
+from iss import archs, sparse, spmm
 from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
 
 RATIOS = (0.9, 0.95, 0.99)
@@ -41,13 +41,23 @@ def masked(module: nn.Module, ratio: float = 0.95, seed: int = 0) -> nn.Module:
     return random_masks_(module, ratio, seed).eval()
 
 
+@pytest.fixture(params=["c", "mkl"])
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with the compiled C kernel, then with the pure-PyTorch (MKL) fallback."""
+    if request.param == "mkl":
+        monkeypatch.setattr(spmm, "load", lambda: None)
+    elif spmm.load() is None:
+        pytest.skip("no C compiler: the compiled kernel is unavailable (CI installs gcc)")
+    return request.param
+
+
 def test_every_backbone_has_a_tiny_config() -> None:
     assert set(TINY) == set(archs.list_archs())
 
 
 @pytest.mark.parametrize("ratio", RATIOS)
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_backbone_sparse_equals_dense(name: str, ratio: float) -> None:
+def test_backbone_sparse_equals_dense(name: str, ratio: float, kernels: str) -> None:
     torch.manual_seed(0)
     model = masked(archs.build(name, 2, **TINY[name]), ratio)
     fast = sparsify(model, min_speedup=0.0)  # force the sparse kernels on every convertible layer
@@ -62,7 +72,7 @@ def test_backbone_sparse_equals_dense(name: str, ratio: float) -> None:
 
 @pytest.mark.parametrize("kernel", [1, 3, 5])
 @pytest.mark.parametrize("bias", [True, False])
-def test_conv_matches_dense(kernel: int, bias: bool) -> None:
+def test_conv_matches_dense(kernel: int, bias: bool, kernels: str) -> None:
     conv = masked(nn.Conv2d(6, 10, kernel, padding=kernel // 2, bias=bias), 0.9)
     layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0))
     x = torch.randn(2, 6, 9, 7)
@@ -71,7 +81,7 @@ def test_conv_matches_dense(kernel: int, bias: bool) -> None:
     assert layer.mode == "sparse"
 
 
-def test_linear_matches_dense_on_any_leading_shape() -> None:
+def test_linear_matches_dense_on_any_leading_shape(kernels: str) -> None:
     mlp = masked(nn.Sequential(nn.Linear(12, 20), nn.GELU(), nn.Linear(20, 12, bias=False)), 0.9)
     fast = sparsify(mlp, min_speedup=0.0)
     x = torch.randn(2, 5, 3, 12)
@@ -80,7 +90,7 @@ def test_linear_matches_dense_on_any_leading_shape() -> None:
         torch.testing.assert_close(fast[0](x[0, 0]), mlp[0](x[0, 0]), atol=1e-5, rtol=0)
 
 
-def test_conv_reading_few_input_channels_gathers_them() -> None:
+def test_conv_reading_few_input_channels_gathers_them(kernels: str) -> None:
     conv = nn.Conv2d(16, 3, 3, padding=1)
     with torch.no_grad():
         conv.weight[:, 4:] = 0  # only input channels 0-3 are read
@@ -92,7 +102,7 @@ def test_conv_reading_few_input_channels_gathers_them() -> None:
         torch.testing.assert_close(layer.dense_weight(), conv.weight, atol=0, rtol=0)
 
 
-def test_all_zero_layers_give_the_bias() -> None:
+def test_all_zero_layers_give_the_bias(kernels: str) -> None:
     net = nn.Sequential(nn.Conv2d(4, 5, 3, padding=1), nn.Flatten(2), nn.Linear(12, 6))
     with torch.no_grad():
         for m in net:
@@ -104,9 +114,11 @@ def test_all_zero_layers_give_the_bias() -> None:
         torch.testing.assert_close(fast(x), net(x), atol=1e-6, rtol=0)
 
 
-def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernels: str) -> None:
     """Tiny chunks on 2 threads: the pool path (several chunks per thread) gives the same result."""
     monkeypatch.setattr(sparse, "ACC_BYTES", 64)  # one row per chunk
+    monkeypatch.setattr(sparse, "MIN_ROWS", 1)
+    monkeypatch.setattr(sparse, "NATIVE_IN_BYTES", 64)
     monkeypatch.setattr(sparse, "PARALLEL_MIN_FMAS", 0)  # use the pool even for tiny work
     ran_on = set()
     chunk_runner = sparse._run_chunks
@@ -126,6 +138,94 @@ def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         torch.set_num_threads(previous)
     assert threading.get_ident() not in ran_on and ran_on
+
+
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_c_kernel_tiles_rows_and_columns(monkeypatch: pytest.MonkeyPatch, kernel: int) -> None:
+    """Narrow tiles of a few rows: every border case of the C kernel's padding copy, a narrower last tile,
+    vector and scalar tails (widths 16, 7)."""
+    if spmm.load() is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(sparse, "TILE_COLS", 16)
+    monkeypatch.setattr(sparse, "MIN_ROWS", 2)
+    monkeypatch.setattr(sparse, "NATIVE_IN_BYTES", 64)
+    conv = masked(nn.Conv2d(6, 9, kernel, padding=kernel // 2), 0.8)
+    layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0))
+    x = torch.randn(2, 6, 7, 39)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), conv(x), atol=1e-5, rtol=0)
+        wide = torch.randn(1, 6, 3, 300)  # 8 x 16 register blocks plus tails in one tile
+        monkeypatch.setattr(sparse, "TILE_COLS", 300)
+        torch.testing.assert_close(layer(wide), conv(wide), atol=1e-5, rtol=0)
+
+
+def test_chained_linears_match_dense(kernels: str) -> None:
+    """The C kernel returns token-major tokens; the MKL path a channel-major (transposed) view. Either way
+    the next layer, sparse or dense, reads it correctly."""
+    mlp = masked(nn.Sequential(nn.Linear(12, 20), nn.Linear(20, 8), nn.GELU(), nn.Linear(8, 5)), 0.9)
+    fast = sparsify(mlp, min_speedup=0.0)
+    x = torch.randn(3, 70, 12)  # 210 tokens: several chunks of 16 plus a tail
+    with torch.inference_mode():
+        hidden = fast[0](x)
+        assert hidden.is_contiguous() == (kernels == "c")
+        torch.testing.assert_close(fast(x), mlp(x), atol=1e-5, rtol=0)
+
+
+def test_float64_runs_the_pytorch_kernels() -> None:
+    net = masked(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten(2), nn.Linear(20, 6)), 0.9).double()
+    fast = sparsify(net, min_speedup=0.0)
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), net(x), atol=1e-10, rtol=0)
+
+
+def test_c_kernel_wrappers_refuse_out_of_bounds_access() -> None:
+    if spmm.load() is None:
+        pytest.skip("no C compiler")
+    weights = spmm.OffsetCSR.build(torch.tensor([0, 1, 2]), torch.tensor([0, 8]), torch.tensor([1.0, 2.0]))
+    tokens, out, buffer = torch.arange(10.0).view(5, 2), torch.zeros(5, 2), torch.empty(32)
+    spmm.linear_tokens(out, tokens, weights, torch.tensor([0.5, 0.0]), span=range(5), buffer=buffer, ld=8)
+    assert out.tolist() == [[t * 2 + 0.5, 2 * (t * 2 + 1)] for t in range(5)]  # y0 = x0 + .5, y1 = 2 x1
+    with pytest.raises(ValueError, match="buffer too small"):
+        spmm.linear_tokens(out, tokens, weights, None, span=range(5), buffer=torch.empty(31), ld=8)
+    with pytest.raises(ValueError, match="read outside"):
+        spmm.linear_tokens(out, tokens, weights, None, span=range(5), buffer=torch.empty(28), ld=7)
+    with pytest.raises(ValueError, match="do not fit"):
+        spmm.linear_tokens(out, tokens, weights, None, span=range(6), buffer=buffer, ld=8)
+    with pytest.raises(ValueError, match="float32"):
+        spmm.linear_tokens(out.double(), tokens.double(), weights, None, span=range(5), buffer=buffer, ld=8)
+    conv = SparseConv2d(nn.Conv2d(2, 3, 3, padding=1), sparse._Plan(min_speedup=0.0))
+    image, target = torch.randn(2, 5, 6), torch.empty(3, 5, 6)
+    good = dict(kernel_size=3, rows=range(0, 5), cols=range(0, 6), plane=7 * 8, ld=8)
+    spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **good)
+    with pytest.raises(ValueError, match="buffer too small"):
+        spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(56), **good)
+    with pytest.raises(ValueError, match="outside the 5x6 image"):
+        bad = {**good, "rows": range(0, 6)}
+        spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **bad)
+    with pytest.raises(ValueError, match="channel list"):
+        spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56),
+                       channels=torch.tensor([0, 2]), **good)  # fmt: skip
+
+
+def test_kernel_builds_into_the_cache_or_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path))
+    build = spmm.load.__wrapped__  # uncached
+    if spmm._compiler() is not None:
+        assert build() is not None
+        assert len(list((tmp_path / "kernels").glob("spmm-*.so"))) == 1
+    monkeypatch.setenv("ISS_NATIVE", "0")
+    assert build() is None
+    monkeypatch.setenv("ISS_NATIVE", "1")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    with pytest.warns(UserWarning, match="no C compiler"):
+        assert build() is None
+    failing = tmp_path / "failing-cc"
+    failing.write_text("#!/bin/sh\necho 'cc: error: broken' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setenv("CC", str(failing))
+    with pytest.warns(UserWarning, match="could not build"):
+        assert build() is None
 
 
 def test_dense_and_unsupported_layers_stay_dense() -> None:
