@@ -3,19 +3,22 @@
 A dense kernel multiplies zeros as fast as anything else, so a pruned model is no faster until its layers
 are swapped for kernels that only touch the non-zero weights. :func:`sparsify` does that swap:
 
-* ``nn.Conv2d`` (k x k, stride 1, "same" zero padding, groups 1) becomes :class:`SparseConv2d`, computed
-  *tap-wise*: one CSR sparse x dense product (MKL, through ``torch.sparse``) per kernel tap, each reading a
-  shifted strided view of the zero-padded, flattened input (no im2col copy), in chunks of output rows so the
-  accumulator stays in cache across the taps. Cost ~ non-zeros instead of weights.
-* ``nn.Linear`` becomes :class:`SparseLinear`: ``W_csr @ x^T`` read through the transposed (channel-major)
-  view of the tokens and returned as a transposed view, so no layout copy is made in or out.
+* ``nn.Conv2d`` (k x k, stride 1, "same" zero padding, groups 1) becomes :class:`SparseConv2d`.
+* ``nn.Linear`` becomes :class:`SparseLinear`.
 
-Whether sparse wins depends on the density, the layer shape, the input size and the thread count (on a 2-core
-Zen 4 the break-even is around 80-90 % zeros). So each converted layer decides on its first call: it times its
-dense and sparse kernels, alternately, on that call's input and keeps the faster one (layers with the same
-shape, density, input size and thread count share one measurement). The representation not chosen is dropped.
-Inference only, CPU only. With several threads the chunks are spread over a small pool of Python threads, each
-running single-threaded MKL calls: this avoids an OpenMP barrier per call, which stalls badly on a shared CPU.
+Both run the C kernel of :mod:`iss.spmm` (built on first use with the system compiler): per tile of the
+input that fits a core's L2 cache, zero-padded (convs) or transposed to channel-major (Linears), it streams
+each output channel's non-zeros while a row of outputs stays in vector registers. Cost ~ non-zeros
+instead of weights, and the tensors keep their usual layout between layers. Without a C compiler (or for
+float64) the same layers use a pure-PyTorch path: one MKL CSR product per kernel tap on shifted flat views
+of the padded input (no im2col), and channel-major MKL products for Linears; about half as fast.
+
+Whether sparse wins depends on the density, the layer shape, the input size and the thread count. So each
+converted layer decides on its first call: it times its dense and sparse kernels, alternately, on that call's
+input and keeps the faster one (layers with the same shape, density, input size and thread count share one
+measurement). The representation not chosen is dropped. Inference only, CPU only. With several threads the
+tiles are spread over a small pool of Python threads (the kernels release the GIL): this avoids an OpenMP
+barrier per call, which stalls badly on a shared CPU.
 """
 
 from __future__ import annotations
@@ -198,11 +201,16 @@ class _SparseBase(nn.Module):
 
     def _decide(self, key: tuple, x: Tensor) -> None:
         """Time dense vs sparse on ``x`` (or reuse a twin layer's result); drop the losing representation."""
-        weight = self.dense_weight().to(x.dtype)
-        dense, sparse = (lambda: self._dense_forward(x, weight)), (lambda: self._sparse_forward(x))
-        self.mode = "sparse" if self._plan.use_sparse(key, dense, sparse) else "dense"
+        weights: list[Tensor] = []  # the dense weight, rebuilt only if it is timed or kept
+
+        def dense() -> Tensor:
+            weights[:] = weights or [self.dense_weight().to(x.dtype)]
+            return self._dense_forward(x, weights[0])
+
+        use_sparse = self._plan.use_sparse(key, dense, lambda: self._sparse_forward(x))
+        self.mode = "sparse" if use_sparse else "dense"
         if self.mode == "dense":
-            self._weight = weight
+            self._weight = weights[0] if weights else self.dense_weight().to(x.dtype)
             self._drop_sparse()
 
     def extra_repr(self) -> str:

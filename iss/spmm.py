@@ -98,18 +98,18 @@ class OffsetCSR:
     for a conv the kernel tap, folded together), in the kernel's index types."""
 
     rowptr: Tensor  # int32 [rows + 1]
-    offsets: Tensor  # int64 [nnz]
+    offsets: Tensor  # int32 [nnz]
     values: Tensor  # float32 [nnz]
     reach: int  # 1 + the largest offset (0 when empty): the input must extend this far beyond each row
 
     @classmethod
     def build(cls, rowptr: Tensor, offsets: Tensor, values: Tensor) -> OffsetCSR:
-        if offsets.numel() and int(offsets.min()) < 0:
-            raise ValueError("negative offset")
+        if offsets.numel() and not 0 <= offsets.min() <= offsets.max() < 2**31:
+            raise ValueError("offsets must be in [0, 2**31)")
         reach = int(offsets.max()) + 1 if offsets.numel() else 0
         return cls(
             rowptr.to(torch.int32).contiguous(),
-            offsets.to(torch.int64).contiguous(),
+            offsets.to(torch.int32).contiguous(),
             values.to(torch.float32).contiguous(),
             reach,
         )

@@ -20,7 +20,7 @@ static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
 static inline vec splat(float f) { return (vec){0} + f; }
 
 static void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int64_t in_row, int64_t rows,
-              int64_t width, int64_t cout, const int32_t *rowptr, const int64_t *off, const float *val,
+              int64_t width, int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val,
               const float *bias)
 {
     for (int64_t co = 0; co < cout; co++) {
@@ -60,7 +60,7 @@ static void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *i
  * is computed for this plane and row length. */
 void iss_conv_tile(float *out, const float *in, const int64_t *channels, int64_t cin, int64_t h, int64_t w,
                    int64_t p, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *buf, int64_t plane, int64_t ld,
-                   int64_t cout, const int32_t *rowptr, const int64_t *off, const float *val, const float *bias)
+                   int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val, const float *bias)
 {
     const int64_t tw = c1 - c0 + 2 * p;                   /* padded tile width */
     const int64_t x0 = c0 - p < 0 ? 0 : c0 - p;           /* input columns copied: [x0, x1) */
@@ -88,7 +88,7 @@ void iss_conv_tile(float *out, const float *in, const int64_t *channels, int64_t
  * them, and transpose those back out. Both transposes stay in cache; the rest of the model keeps its
  * token-major layout. `off` holds channel * ld. */
 void iss_linear_tokens(float *out, const float *in, int64_t cin, int64_t cout, int64_t t0, int64_t t1,
-                       float *buf, int64_t ld, const int32_t *rowptr, const int64_t *off, const float *val,
+                       float *buf, int64_t ld, const int32_t *rowptr, const int32_t *off, const float *val,
                        const float *bias)
 {
     const int64_t n = t1 - t0;
