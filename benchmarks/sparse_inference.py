@@ -19,6 +19,8 @@ starve each other, for dense and sparse alike. Example (quick)::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import random
@@ -36,6 +38,7 @@ from torch import nn
 
 import iss.archs
 import iss.checkpoint
+import iss.spmm
 from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
 
 ARCHS = ("edsr-l", "swinir-light")
@@ -53,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per model (after a warm-up)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--memory-reps", type=int, default=3, help="processes per peak-memory figure (median)")
     p.add_argument("--checkpoint", type=Path, help="time this pruned checkpoint (trained mask) instead")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sparse_inference"),
                    help="writes OUT.md and OUT.json")  # fmt: skip
@@ -139,6 +143,12 @@ def vm_hwm_mib() -> float:
     return float("nan")
 
 
+def release_free_heap() -> None:
+    """Return glibc's free heap memory to the system (``malloc_trim``), so RSS counts live memory only."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS also counts its free memory
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def memory_probe(arch: str, ratio: float, mode: str, threads: int, scale: int, size: int, seed: int) -> dict:
     """Peak memory of one inference (after a warm-up/calibration call) in this fresh process."""
     torch.set_num_threads(threads)
@@ -150,6 +160,7 @@ def memory_probe(arch: str, ratio: float, mode: str, threads: int, scale: int, s
     x = torch.rand(1, 3, size, size)
     timed(model, x)  # warm-up; the sparse model decides dense/sparse per layer here
     process_peak = vm_hwm_mib()  # building (dense first, also for sparse), converting, warm-up
+    release_free_heap()  # else what glibc kept from the warm-up's garbage counts, varying run to run
     if not reset_peak_rss():
         return {"inference_peak_mib": float("nan"), "process_peak_mib": peak_rss_mib()}
     timed(model, x)
@@ -158,11 +169,15 @@ def memory_probe(arch: str, ratio: float, mode: str, threads: int, scale: int, s
 
 
 def run_memory(args: argparse.Namespace, arch: str, ratio: float, mode: str, threads: int) -> dict:
-    """:func:`memory_probe` in a subprocess (RSS high-water marks cannot be shared between models)."""
+    """Median of ``--memory-reps`` :func:`memory_probe` runs, each in a fresh subprocess (RSS high-water
+    marks cannot be shared between models)."""
     cmd = [sys.executable, __file__, "--memory-probe", arch, str(ratio), mode, str(threads),
            "--scale", str(args.scale), "--size", str(args.size), "--seed", str(args.seed)]  # fmt: skip
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    probes = []
+    for _ in range(args.memory_reps):
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        probes.append(json.loads(out.strip().splitlines()[-1]))
+    return {key: statistics.median(p[key] for p in probes) for key in probes[0]}
 
 
 def model_source(args: argparse.Namespace, arch: str) -> Callable[[float], nn.Module]:
@@ -228,7 +243,8 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
     lines = [
         f"# Sparse inference: dense vs `iss.sparsify`, x{args.scale}, LR {args.size}x{args.size}",
         "",
-        f"torch {env['torch']}, {env['cpu']}, OMP_WAIT_POLICY={env['omp_wait_policy']}, load average "
+        f"torch {env['torch']}, {env['cpu']}, sparse kernels: {env['kernels']}, "
+        f"OMP_WAIT_POLICY={env['omp_wait_policy']}, load average "
         f"{env['load_before']} before / {env['load_after']} after (shared machine). {args.reps} interleaved "
         "repetitions; speedup = median dense / median sparse (min-based in brackets). Random per-layer masks "
         "with exactly `ratio` zeros on a random-init model. conv / linear / other = ms inside Conv2d, Linear "
@@ -250,8 +266,9 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
     if memory:
         lines += [
             "",
-            "Peak memory, one fresh process per model: inference = VmHWM over one call after the warm-up "
-            "(weights + activations), process = max RSS including building the dense model first.",
+            f"Peak memory, median of {args.memory_reps} fresh processes per model: inference = VmHWM over "
+            "one call after the warm-up and a `malloc_trim` (weights + activations), process = max RSS "
+            "including building the dense model first and the warm-up.",
             "",
             "| arch | threads | ratio | mode | inference peak MiB | process peak MiB |",
             "|---|---|---|---|---|---|",
@@ -295,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         args.no_memory = True
     env = dict(torch=torch.__version__, cpu=platform_cpu(), load_before=load_average(),
-               omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"))  # fmt: skip
+               omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"),
+               kernels="C (iss.spmm)" if iss.spmm.load() is not None else "pure PyTorch (MKL)")  # fmt: skip
     memory = []  # first, while this process is small: a child's max RSS starts from its parent's at fork
     if not args.no_memory:
         threads = max(args.threads)
