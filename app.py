@@ -136,7 +136,7 @@ def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
                     ratio_choices, value=ratio0, label="Pruning ratio", allow_custom_value=True
                 )
             methods = gr.CheckboxGroup(methods0, value=methods0, label="Methods to compare")
-            sparse = gr.Checkbox(False, label="Sparse kernels (iss.sparse)", visible=h.sparse_available())
+            sparse = gr.Checkbox(False, label="Sparse kernels (iss.sparsify)", info=h.sparse_kernel_note())
             run = gr.Button("Compare", variant="primary")
         with gr.Column(scale=2):
             status = gr.Markdown("Upload an image or pick an example, then press **Compare**.")

@@ -24,6 +24,7 @@ barrier per call, which stalls badly on a shared CPU.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import queue
 import time
@@ -49,7 +50,7 @@ MIN_ROWS = 4  # C kernel: rows per tile at least, so the 2p halo rows copied sta
 TILE_COLS = 128  # C kernel: tile width (a multiple of its 8 x 16-float register block)
 LINEAR_BUFFER_BYTES = 512 << 10  # C kernel: one chunk of tokens, in and out, transposed (in L2)
 LANES = 16  # the C kernel's vector width, in floats
-PARALLEL_MIN_FMAS = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
+PARALLEL_MIN_WORK = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
 _POOL: dict[int, ThreadPoolExecutor] = {}  # thread count -> pool
 
@@ -116,11 +117,11 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 def _run_chunks(
     fn: Callable[[object, list[Tensor]], None],
     jobs: Sequence[object],
-    fmas: float,
+    work: float,
     scratch: Callable[[], list[Tensor]],
 ) -> None:
-    """Run ``fn(job, buffers)`` on every job, on this thread for small work (``fmas`` multiply-adds), else
-    spread over ``torch.get_num_threads()`` pool threads.
+    """Run ``fn(job, buffers)`` on every job, on this thread for small ``work`` (multiply-adds and such),
+    else spread over ``torch.get_num_threads()`` pool threads.
 
     A pool thread takes the next chunk when done with one (torch releases the GIL inside the kernels), so a
     core taken by another process delays one chunk rather than every call. The per-thread ``scratch()``
@@ -128,7 +129,7 @@ def _run_chunks(
     per-thread malloc arenas that keep their memory.
     """
     threads = min(torch.get_num_threads(), len(jobs))
-    if threads <= 1 or fmas < PARALLEL_MIN_FMAS:
+    if threads <= 1 or work < PARALLEL_MIN_WORK:
         buffers = scratch()
         with _num_threads(1):
             for job in jobs:
@@ -201,16 +202,17 @@ class _SparseBase(nn.Module):
 
     def _decide(self, key: tuple, x: Tensor) -> None:
         """Time dense vs sparse on ``x`` (or reuse a twin layer's result); drop the losing representation."""
-        weights: list[Tensor] = []  # the dense weight, rebuilt only if it is timed or kept
 
-        def dense() -> Tensor:
-            weights[:] = weights or [self.dense_weight().to(x.dtype)]
-            return self._dense_forward(x, weights[0])
+        @functools.cache
+        def weight() -> Tensor:  # rebuilt only if timed or kept: it is big, and garbage after a sparse choice
+            return self.dense_weight().to(x.dtype)
 
-        use_sparse = self._plan.use_sparse(key, dense, lambda: self._sparse_forward(x))
+        use_sparse = self._plan.use_sparse(
+            key, lambda: self._dense_forward(x, weight()), lambda: self._sparse_forward(x)
+        )
         self.mode = "sparse" if use_sparse else "dense"
         if self.mode == "dense":
-            self._weight = weights[0] if weights else self.dense_weight().to(x.dtype)
+            self._weight = weight()
             self._drop_sparse()
 
     def extra_repr(self) -> str:
@@ -316,22 +318,23 @@ class SparseConv2d(_SparseBase):
         cin = self.in_channels if self.channels is None else len(self.channels)
         cols = min(w, TILE_COLS)
         ld = cols + 2 * p
-        rows = max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p)
         tiles_across = math.ceil(w / cols)
         threads = torch.get_num_threads()
-        if threads > 1:  # at least 4 tiles per thread, for balance
-            rows = min(rows, max(1, math.ceil(n * h * tiles_across / (4 * threads))))
+        # rows per pool job: all of them on one thread, else at least 4 jobs per thread, for balance
+        job_rows = h if threads == 1 else min(h, math.ceil(n * h * tiles_across / (4 * threads)))
+        rows = min(job_rows, max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p))
         plane = (rows + 2 * p) * ld
         weights = self._offset_csr(plane, ld)
 
-        def tile(job: tuple[int, int, int], buffers: list[Tensor]) -> None:
-            i, r0, c0 = job
-            spmm.conv_tile(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, min(h, r0 + rows)),
-                           cols=range(c0, min(w, c0 + cols)), buffer=buffers[0], plane=plane, ld=ld,
-                           channels=self.channels)  # fmt: skip
+        def job(start: tuple[int, int, int], buffers: list[Tensor]) -> None:
+            i, r0, c0 = start
+            spmm.conv_tiles(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, min(h, r0 + job_rows)),
+                            cols=range(c0, min(w, c0 + cols)), tile_rows=rows, buffer=buffers[0], plane=plane,
+                            ld=ld, channels=self.channels)  # fmt: skip
 
-        jobs = [(i, r0, c0) for i in range(n) for r0 in range(0, h, rows) for c0 in range(0, w, cols)]
-        _run_chunks(tile, jobs, n * h * w * self.csr.values().numel(), lambda: [x.new_empty(cin * plane)])
+        starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
+        work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing
+        _run_chunks(job, starts, work, lambda: [x.new_empty(cin * plane)])
 
     def _mkl_forward(self, x: Tensor, out: Tensor, bias: Tensor | None) -> None:
         """k*k MKL CSR products per chunk of rows, on shifted flat slices of a padded copy of its input."""
@@ -430,19 +433,18 @@ class SparseLinear(_SparseBase):
         total = tokens.shape[0]
         out = x.new_empty(total, self.out_features)
         width = self.in_features + self.out_features
-        step = max(LANES, LINEAR_BUFFER_BYTES // (width * x.element_size()) // LANES * LANES)
+        ld = min(total, max(LANES, LINEAR_BUFFER_BYTES // (width * x.element_size()) // LANES * LANES))
         threads = torch.get_num_threads()
-        if threads > 1:  # at least 4 chunks per thread, for balance
-            step = min(step, LANES * max(1, math.ceil(total / (4 * threads * LANES))))
-        step = min(step, total)
-        weights = self._offset_csr(step)
+        # tokens per pool job: all of them on one thread, else at least 4 jobs per thread, for balance
+        span = total if threads == 1 else LANES * math.ceil(total / (4 * threads * LANES))
+        weights = self._offset_csr(ld)
 
-        def chunk(start: int, buffers: list[Tensor]) -> None:
-            span = range(start, min(total, start + step))
-            spmm.linear_tokens(out, tokens, weights, bias, span=span, buffer=buffers[0], ld=step)
+        def job(start: int, buffers: list[Tensor]) -> None:
+            tokens_range = range(start, min(total, start + span))
+            spmm.linear_tokens(out, tokens, weights, bias, span=tokens_range, buffer=buffers[0], ld=ld)
 
-        fmas = total * self.csr.values().numel()
-        _run_chunks(chunk, range(0, total, step), fmas, lambda: [x.new_empty(width * step)])
+        work = total * (self.csr.values().numel() + width)  # multiply-adds, plus the transposes
+        _run_chunks(job, range(0, total, span), work, lambda: [x.new_empty(width * ld)])
         return out.view(*x.shape[:-1], self.out_features)
 
     def _mkl_forward(self, x: Tensor, bias: Tensor | None) -> Tensor:

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .data import cache_dir
 
-__all__ = ["OffsetCSR", "conv_tile", "linear_tokens", "load"]
+__all__ = ["OffsetCSR", "conv_tiles", "linear_tokens", "load"]
 
 SOURCE = Path(__file__).with_name("csrc") / "spmm.c"
 FLAGS = (["-O3", "-march=native"], ["-O3"])  # the second for compilers or CPUs without -march=native
@@ -65,7 +65,7 @@ def _build(target: Path, compiler: str) -> None:
 
 @functools.cache
 def load() -> ctypes.CDLL | None:
-    """The compiled library (``iss_conv_tile``, ``iss_linear_tokens``), built on first use; None (with a
+    """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``), built on first use; None (with a
     warning) when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
@@ -86,9 +86,9 @@ def load() -> ctypes.CDLL | None:
         warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.iss_conv_tile.argtypes = [ptr, ptr, ptr, *[i64] * 8, ptr, i64, i64, i64, ptr, ptr, ptr, ptr]
+    lib.iss_conv_tiles.argtypes = [ptr, ptr, ptr, *[i64] * 9, ptr, *[i64] * 3, ptr, ptr, ptr, ptr]
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
-    lib.iss_conv_tile.restype = lib.iss_linear_tokens.restype = None
+    lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = None
     return lib
 
 
@@ -115,44 +115,44 @@ class OffsetCSR:
         )
 
 
-def conv_tile(
+def conv_tiles(
     out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
-    cols: range, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
+    cols: range, tile_rows: int, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
 ) -> None:  # fmt: skip
     """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] into ``out``.
 
-    The input they read is zero-padded into ``buffer`` (``plane`` floats per used input channel, in rows
-    ``ld`` apart: the layout ``weight``'s offsets were computed for), in C; ``channels`` lists the input
-    channels used (None: all).
+    ``tile_rows`` rows at a time, the input they read is zero-padded into ``buffer`` (``plane`` floats per
+    used input channel, in rows ``ld`` apart: the layout ``weight``'s offsets were computed for) and
+    multiplied there, in C; ``channels`` lists the input channels used (None: all).
     """
     lib = _library()
     p = kernel_size // 2
     cout, (c, h, w) = weight.rowptr.numel() - 1, image.shape
     cin, tw = (c if channels is None else channels.numel()), len(cols) + 2 * p
     if not (out.dtype == image.dtype == buffer.dtype == torch.float32):
-        raise ValueError("conv_tile needs float32 tensors")
+        raise ValueError("conv_tiles needs float32 tensors")
     if not (out.is_contiguous() and image.is_contiguous() and buffer.is_contiguous()):
-        raise ValueError("conv_tile needs contiguous tensors")
+        raise ValueError("conv_tiles needs contiguous tensors")
     if out.shape != (cout, h, w) or rows.step != 1 or cols.step != 1:
-        raise ValueError(f"conv_tile: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
+        raise ValueError(f"conv_tiless: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
     if not (0 <= rows.start <= rows.stop <= h and 0 <= cols.start <= cols.stop <= w):
-        raise ValueError(f"conv_tile: rows {rows} or columns {cols} outside the {h}x{w} image")
-    if ld < tw or plane < (len(rows) + 2 * p) * ld or buffer.numel() < cin * plane:
-        raise ValueError("conv_tile: buffer too small for this tile")
-    if weight.reach and weight.reach - 1 + (len(rows) - 1) * ld + len(cols) > buffer.numel():
-        raise ValueError("conv_tile: weights read outside the buffer")
+        raise ValueError(f"conv_tiless: rows {rows} or columns {cols} outside the {h}x{w} image")
+    if tile_rows < 1 or ld < tw or plane < (tile_rows + 2 * p) * ld or buffer.numel() < cin * plane:
+        raise ValueError("conv_tiles: buffer too small for these tiles")
+    if weight.reach and weight.reach - 1 + (tile_rows - 1) * ld + len(cols) > buffer.numel():
+        raise ValueError("conv_tiles: weights read outside the buffer")
     if channels is not None and not (
         channels.dtype == torch.int64 and channels.is_contiguous()
         and 0 <= channels.min() <= channels.max() < c
     ):  # fmt: skip
-        raise ValueError("conv_tile: bad channel list")
+        raise ValueError("conv_tiles: bad channel list")
     if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
-        raise ValueError("conv_tile needs a contiguous float32 bias with one entry per output channel")
+        raise ValueError("conv_tiles needs a contiguous float32 bias with one entry per output channel")
     if not rows or not cols:
         return
-    lib.iss_conv_tile(
+    lib.iss_conv_tiles(
         out.data_ptr(), image.data_ptr(), 0 if channels is None else channels.data_ptr(), cin, h, w, p,
-        rows.start, rows.stop, cols.start, cols.stop, buffer.data_ptr(), plane, ld, cout,
+        rows.start, rows.stop, cols.start, cols.stop, tile_rows, buffer.data_ptr(), plane, ld, cout,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
         0 if bias is None else bias.data_ptr(),
     )  # fmt: skip
@@ -164,8 +164,8 @@ def linear_tokens(
 ) -> None:  # fmt: skip
     """Rows ``span`` of ``out`` [N, cout] = ``tokens`` [N, cin] @ W^T + bias, both token-major.
 
-    The tokens are transposed into ``buffer`` (channel rows ``ld`` apart, the layout ``weight``'s offsets
-    were computed for), multiplied there, and the result transposed back, all in C.
+    ``ld`` tokens at a time, they are transposed into ``buffer`` (channel rows ``ld`` apart, the layout
+    ``weight``'s offsets were computed for), multiplied there, and the result transposed back, in C.
     """
     lib = _library()
     (n, cin), cout = tokens.shape, weight.rowptr.numel() - 1
@@ -175,8 +175,8 @@ def linear_tokens(
         raise ValueError("linear_tokens needs contiguous tensors")
     if out.shape != (n, cout) or span.step != 1 or not 0 <= span.start <= span.stop <= n:
         raise ValueError(f"linear_tokens: output {tuple(out.shape)} or span {span} do not fit ({n}, {cout})")
-    if ld < len(span) or buffer.numel() < (cin + cout) * ld:
-        raise ValueError("linear_tokens: buffer too small for this span")
+    if ld < 1 or buffer.numel() < (cin + cout) * ld:
+        raise ValueError("linear_tokens: buffer too small")
     if weight.reach > (cin - 1) * ld + 1:
         raise ValueError("linear_tokens: weights read outside the buffer")
     if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):

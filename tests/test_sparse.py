@@ -119,12 +119,12 @@ def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernels: s
     monkeypatch.setattr(sparse, "ACC_BYTES", 64)  # one row per chunk
     monkeypatch.setattr(sparse, "MIN_ROWS", 1)
     monkeypatch.setattr(sparse, "NATIVE_IN_BYTES", 64)
-    monkeypatch.setattr(sparse, "PARALLEL_MIN_FMAS", 0)  # use the pool even for tiny work
+    monkeypatch.setattr(sparse, "PARALLEL_MIN_WORK", 0)  # use the pool even for tiny work
     ran_on = set()
     chunk_runner = sparse._run_chunks
 
-    def spy(fn, jobs, fmas, scratch):  # record the threads the chunks ran on
-        chunk_runner(lambda job, buf: ran_on.add(threading.get_ident()) or fn(job, buf), jobs, fmas, scratch)
+    def spy(fn, jobs, work, scratch):  # record the threads the chunks ran on
+        chunk_runner(lambda job, buf: ran_on.add(threading.get_ident()) or fn(job, buf), jobs, work, scratch)
 
     monkeypatch.setattr(sparse, "_run_chunks", spy)
     net = masked(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(2), nn.Linear(30, 16)), 0.9)
@@ -159,9 +159,10 @@ def test_c_kernel_tiles_rows_and_columns(monkeypatch: pytest.MonkeyPatch, kernel
         torch.testing.assert_close(layer(wide), conv(wide), atol=1e-5, rtol=0)
 
 
-def test_chained_linears_match_dense(kernels: str) -> None:
+def test_chained_linears_match_dense(monkeypatch: pytest.MonkeyPatch, kernels: str) -> None:
     """The C kernel returns token-major tokens; the MKL path a channel-major (transposed) view. Either way
     the next layer, sparse or dense, reads it correctly."""
+    monkeypatch.setattr(sparse, "LINEAR_BUFFER_BYTES", 64)  # the C kernel: 16 tokens at a time
     mlp = masked(nn.Sequential(nn.Linear(12, 20), nn.Linear(20, 8), nn.GELU(), nn.Linear(8, 5)), 0.9)
     fast = sparsify(mlp, min_speedup=0.0)
     x = torch.randn(3, 70, 12)  # 210 tokens: several chunks of 16 plus a tail
@@ -196,15 +197,15 @@ def test_c_kernel_wrappers_refuse_out_of_bounds_access() -> None:
         spmm.linear_tokens(out.double(), tokens.double(), weights, None, span=range(5), buffer=buffer, ld=8)
     conv = SparseConv2d(nn.Conv2d(2, 3, 3, padding=1), sparse._Plan(min_speedup=0.0))
     image, target = torch.randn(2, 5, 6), torch.empty(3, 5, 6)
-    good = dict(kernel_size=3, rows=range(0, 5), cols=range(0, 6), plane=7 * 8, ld=8)
-    spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **good)
+    good = dict(kernel_size=3, rows=range(0, 5), cols=range(0, 6), tile_rows=5, plane=7 * 8, ld=8)
+    spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **good)
     with pytest.raises(ValueError, match="buffer too small"):
-        spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(56), **good)
+        spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(56), **good)
     with pytest.raises(ValueError, match="outside the 5x6 image"):
         bad = {**good, "rows": range(0, 6)}
-        spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **bad)
+        spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **bad)
     with pytest.raises(ValueError, match="channel list"):
-        spmm.conv_tile(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56),
+        spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56),
                        channels=torch.tensor([0, 2]), **good)  # fmt: skip
 
 

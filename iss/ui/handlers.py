@@ -66,12 +66,11 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def sparse_available() -> bool:
-    """Whether ``iss.sparse`` (sparse inference kernels) is installed in this checkout."""
-    try:
-        return callable(iss.sparse.sparsify)
-    except (ImportError, AttributeError):
-        return False
+def sparse_kernel_note() -> str:
+    """Which kernels the "sparse kernels" toggle runs (the compiled one, or the slower fallback)."""
+    if iss.spmm.load() is None:
+        return "CPU; pure-PyTorch fallback (no C compiler found), about half as fast as the C kernel"
+    return "CPU; compiled C kernel; each layer stays dense where that is faster"
 
 
 # ----------------------------------------------------------------------------------------------------- zoo
