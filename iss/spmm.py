@@ -59,8 +59,9 @@ def _build(target: Path, compiler: str) -> None:
             os.replace(temp, target)
             return
         temp.unlink(missing_ok=True)
-        errors.append(done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"])
-    raise RuntimeError(f"{compiler} failed: {errors}")
+        last_line = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        errors.append(f"{' '.join(flags)}: {last_line}")
+    raise RuntimeError(f"{compiler} failed ({'; '.join(errors)})")
 
 
 @functools.cache

@@ -1,13 +1,14 @@
-/* Sparse x dense product behind iss.sparse, built on first use by iss/spmm.py (plain C, no Python API).
+/* Sparse x dense products behind iss.sparse, built on first use by iss/spmm.py (plain C, no Python API).
  *
- * out[co*out_co + r*out_row + x] = bias[co] + sum_k val[k] * in[off[k] + r*in_row + x]
+ * The core, iss_spmm, computes
+ *   out[co*out_co + r*out_row + x] = bias[co] + sum_k val[k] * in[off[k] + r*in_row + x]
  * for co < cout, r < rows, x < width, k over the non-zeros of output row co (CSR: rowptr, off, val).
- *
  * `off` folds the input channel and, for a convolution, the kernel tap into one element offset, so a k x k
- * conv over a zero-padded input and a channel-major Linear are the same loop. The two entry points below
- * (iss_conv_tiles, iss_linear_tokens) bring a cache-sized piece of the input into that layout first. The weights of one output row
- * are streamed while 8 vectors of outputs stay in registers: one load and one FMA per non-zero and vector,
- * instead of the load-FMA-store of an axpy, which is what makes this ~2x faster than MKL's CSR product. */
+ * conv over a zero-padded input and a channel-major Linear are the same loop. The weights of one output
+ * row are streamed while 8 vectors of outputs stay in registers: one load and one FMA per non-zero and
+ * vector, instead of the load-FMA-store of an axpy; that is what makes it about 2x faster than MKL's CSR
+ * product. The two entry points below (iss_conv_tiles, iss_linear_tokens) first bring a cache-sized piece
+ * of the input into that layout. */
 #include <stdint.h>
 #include <string.h>
 
@@ -19,9 +20,9 @@ static inline vec load(const float *p) { vec v; memcpy(&v, p, sizeof v); return 
 static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
 static inline vec splat(float f) { return (vec){0} + f; }
 
-static void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int64_t in_row, int64_t rows,
-              int64_t width, int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val,
-              const float *bias)
+static void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int64_t in_row,
+                     int64_t rows, int64_t width, int64_t cout, const int32_t *rowptr, const int32_t *off,
+                     const float *val, const float *bias)
 {
     for (int64_t co = 0; co < cout; co++) {
         const int32_t first = rowptr[co], last = rowptr[co + 1];
