@@ -24,7 +24,7 @@ HUB_REPO = "iss-sr/zoo"
 
 
 def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes (what iss.hub.resolve checks after a download)."""
+    """Hex SHA-256 of a file's bytes (what iss.zoo.resolve checks after a download)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

@@ -1,12 +1,17 @@
-"""Shared fixtures: where the benchmark and training data live (never committed; see README)."""
+"""Shared fixtures: where the benchmark and training data live (never committed; see README), and an
+isolated Hub for the tests of ``iss.hub`` and ``iss.zoo`` (no request may leave 127.0.0.1).
+"""
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
 import torch
+from fakehub import FakeHub, closed_port_url
+from huggingface_hub import constants
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("ISS_DATA_DIR", ROOT.parent / "shared" / "data"))
@@ -25,3 +30,56 @@ def data_root() -> Path:
 @pytest.fixture(scope="session")
 def benchmarks(data_root: Path) -> Path:
     return data_root / "benchmarks"
+
+
+@pytest.fixture
+def isolated_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Hub cache, HF_HOME and tokens in tmp_path; default endpoint dead; only loopback hosts resolvable.
+
+    huggingface_hub reads its environment at import, so the module constants it reads at call time are
+    patched too (ENDPOINT together with the URL template derived from it).
+    """
+    dead = closed_port_url()
+    cache = tmp_path / "hf-cache"
+    for key in (
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_HUB_ETAG_TIMEOUT",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_ENDPOINT", dead)
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "iss-cache"))
+    monkeypatch.setattr(constants, "ENDPOINT", dead)
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", dead + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
+    real_getaddrinfo = socket.getaddrinfo
+
+    def loopback_only(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise OSError(f"test tried to reach {host!r}: the network is off limits")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
+    return cache
+
+
+@pytest.fixture
+def fakehub():
+    with FakeHub() as server:
+        yield server
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1, both in the environment and in the constant huggingface_hub read at import."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)

@@ -1,4 +1,4 @@
-"""A local stand-in for the Hugging Face Hub, for testing ``iss.hub`` without the network.
+"""A local stand-in for the Hugging Face Hub, for testing ``iss.hub`` and ``iss.zoo`` without the network.
 
 An ``http.server`` on 127.0.0.1 (port chosen by the OS) answering the few endpoints huggingface_hub 2.4 uses
 (read in its ``file_download.py``, ``hf_api.py`` and ``_commit_api.py``):
@@ -14,6 +14,9 @@ An ``http.server`` on 127.0.0.1 (port chosen by the OS) answering the few endpoi
 
 Switches for failure tests: ``delay`` (seconds to wait before answering ``/resolve``), ``corrupt`` (paths
 whose ``GET`` body is replaced by wrong bytes of the same length). ``requests`` logs ``(method, path)``.
+
+Without a server: :func:`closed_port_url` (an endpoint that refuses connections at once) and :func:`cache_put`
+(a file in a hand-built Hub cache at revision :data:`COMMIT`).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 _RESOLVE = re.compile(r"^/(?:(datasets|spaces)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
@@ -224,3 +229,29 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+# ------------------------------------------------------------------------- dead endpoint, hand-built cache
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def closed_port_url() -> str:
+    """A local URL nothing listens on: connecting to it is refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def cache_put(cache: Path, repo_id: str, path: str, data: bytes, *, repo_type: str = "model") -> Path:
+    """Put a file into a hand-built Hub cache (refs/main -> snapshots/<commit>/<path> -> blobs/<sha256>)."""
+    repo = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(data)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    pointer = repo / "snapshots" / COMMIT / path
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    pointer.symlink_to(blob)
+    return pointer

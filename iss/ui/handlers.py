@@ -79,7 +79,7 @@ def sparse_kernel_note() -> str:
 def zoo(path: str | None = None) -> list[Any]:
     """The checkpoint zoo entries (empty when the manifest is missing, so the app still runs bicubic)."""
     try:
-        return list(iss.hub.load_zoo(path))
+        return list(iss.zoo.load_zoo(path))
     except FileNotFoundError:
         return []
 
@@ -121,7 +121,7 @@ def load_model(
 ) -> tuple[nn.Module, dict]:
     """Load (Hub or bundled, sha256-checked) zoo entry ``name``, cached per (name, device, sparse)."""
     entry = zoo_entry(name, zoo_path)
-    path = iss.hub.resolve(entry)
+    path = iss.zoo.resolve(entry)
     model, meta = iss.checkpoint.load(path, device=device)
     model.eval()
     kept, total = kept_weights(model)  # before sparsify: converted layers no longer hold a dense weight
