@@ -1,7 +1,8 @@
 """ISS-SR Gradio app: compare pruned upscalers, watch ISS-P vs IHT prune live, inspect checkpoint sparsity.
 
-Layout and wiring only; everything the events do lives in ``iss.ui.handlers``. ``python app.py`` serves on
-http://127.0.0.1:7860 (``--host``, ``--port``; ``--data-dir`` for Urban100 example crops and training data).
+Layout and wiring only; what each tab's events do lives in ``iss.ui.compare``, ``iss.ui.analysis`` and
+``iss.ui.sparsity``. ``python app.py`` serves on http://127.0.0.1:7860 (``--host``, ``--port``; ``--data-dir``
+for Urban100 example crops and training data).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import gradio as gr
 import torch
 
 import iss
-from iss.ui import gpu  # imports ``spaces`` (when installed) before anything initialises CUDA
-from iss.ui import handlers as h
+from iss.ui import analysis, compare, gpu, sparsity  # imports ``spaces`` (if installed) before CUDA starts
 
 TITLE = "ISS-SR: sparse super-resolution with Iterative Soft Shrinkage"
 INTRO = (
@@ -36,16 +36,18 @@ def _error(e: Exception) -> gr.Error:
 # ---------------------------------------------------------------------------------------------------- compare
 
 
-def _compare_outputs(comp: h.Comparison, left: str, right: str, box: tuple[int, int, int, int]) -> tuple:
+def _compare_outputs(
+    comp: compare.Comparison, left: str, right: str, box: tuple[int, int, int, int]
+) -> tuple:
     """Component values for a finished comparison."""
-    choices = h.pair_choices(comp)
+    choices = compare.pair_choices(comp)
     message = comp.message
     if comp.hr is None:
         message += "\n\nLR mode: no reference, so no PSNR/SSIM."
     return (
-        h.slider_pair(comp, left, right),
-        h.overview(comp, box),
-        h.zoom_grid(comp, box),
+        compare.slider_pair(comp, left, right),
+        compare.overview(comp, box),
+        compare.zoom_grid(comp, box),
         comp.rows,
         comp.files,
         message,
@@ -63,55 +65,55 @@ def _run_compare(
         comp = gpu_compare(image, int(scale), methods, mode, sparse=bool(sparse), zoo_path=zoo_path)
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
-    left, right = h.default_pair(comp)
-    return _compare_outputs(comp, left, right, h.zoom_box(comp, None, None))
+    left, right = compare.default_pair(comp)
+    return _compare_outputs(comp, left, right, compare.zoom_box(comp, None, None))
 
 
 @gpu(duration=60)
-def gpu_compare(*args: Any, **kwargs: Any) -> h.Comparison:
-    """``handlers.compare`` on the GPU of a ZeroGPU Space (plain call elsewhere)."""
-    return h.compare(*args, **kwargs)
+def gpu_compare(*args: Any, **kwargs: Any) -> compare.Comparison:
+    """``compare.compare`` on the GPU of a ZeroGPU Space (plain call elsewhere)."""
+    return compare.compare(*args, **kwargs)
 
 
-def _repair(comp: h.Comparison | None, left: str, right: str) -> Any:
+def _repair(comp: compare.Comparison | None, left: str, right: str) -> Any:
     """Show another pair in the slider without recomputing."""
     if comp is None or not left or not right:
         return gr.update()
-    return h.slider_pair(comp, left, right)
+    return compare.slider_pair(comp, left, right)
 
 
-def _zoom(comp: h.Comparison | None, evt: gr.SelectData) -> tuple:
+def _zoom(comp: compare.Comparison | None, evt: gr.SelectData) -> tuple:
     """Move the zoom region to where the user clicked on the overview."""
     if comp is None:
         return gr.update(), gr.update()
     x, y = evt.index
-    box = h.zoom_box(comp, x, y)
-    return h.overview(comp, box), h.zoom_grid(comp, box)
+    box = compare.zoom_box(comp, x, y)
+    return compare.overview(comp, box), compare.zoom_grid(comp, box)
 
 
 def _choices_for(arch: str, scale: int, zoo_path: str | None = None) -> tuple:
     """Ratios and methods available for a backbone/scale pair."""
-    found = h.ratios(arch, int(scale), zoo_path)
+    found = compare.ratios(arch, int(scale), zoo_path)
     ratio = found[-1] if found else None
-    methods = h.method_choices(arch, int(scale), ratio, zoo_path)
+    methods = compare.method_choices(arch, int(scale), ratio, zoo_path)
     return gr.update(choices=found, value=ratio), gr.update(choices=methods, value=methods)
 
 
 def _methods_for(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> Any:
     """All matching methods, selected, when the ratio changes."""
-    methods = h.method_choices(arch, int(scale), ratio, zoo_path)
+    methods = compare.method_choices(arch, int(scale), ratio, zoo_path)
     return gr.update(choices=methods, value=methods)
 
 
 def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
-    archs = h.backbones(zoo_path)
+    archs = compare.backbones(zoo_path)
     arch0 = "swinir-light" if "swinir-light" in archs else archs[0]
     scale0 = 4
-    ratio_choices = h.ratios(arch0, scale0, zoo_path)
+    ratio_choices = compare.ratios(arch0, scale0, zoo_path)
     ratio0 = ratio_choices[-1] if ratio_choices else None
-    methods0 = h.method_choices(arch0, scale0, ratio0, zoo_path)
-    examples = h.example_images(data_dir)
+    methods0 = compare.method_choices(arch0, scale0, ratio0, zoo_path)
+    examples = compare.example_images(data_dir)
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
             image = gr.Image(
@@ -128,15 +130,17 @@ def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
                 example_labels=[label for _, label in examples],
                 label="Examples",
             )
-            mode = gr.Radio(list(h.MODES), value=h.MODE_HR, label="Input is")
+            mode = gr.Radio(list(compare.MODES), value=compare.MODE_HR, label="Input is")
             with gr.Row():
                 arch = gr.Dropdown(archs, value=arch0, label="Backbone")
-                scale = gr.Radio(list(h.SCALES), value=scale0, label="Scale")
+                scale = gr.Radio(list(compare.SCALES), value=scale0, label="Scale")
                 ratio = gr.Dropdown(
                     ratio_choices, value=ratio0, label="Pruning ratio", allow_custom_value=True
                 )
             methods = gr.CheckboxGroup(methods0, value=methods0, label="Methods to compare")
-            sparse = gr.Checkbox(False, label="Sparse kernels (iss.sparsify)", info=h.sparse_kernel_note())
+            sparse = gr.Checkbox(
+                False, label="Sparse kernels (iss.sparsify)", info=compare.sparse_kernel_note()
+            )
             run = gr.Button("Compare", variant="primary")
         with gr.Column(scale=2):
             status = gr.Markdown("Upload an image or pick an example, then press **Compare**.")
@@ -155,7 +159,7 @@ def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
                 )
                 grid = gr.Gallery(label="Zoomed region", format="png", columns=3, height=300, scale=2)
             table = gr.Dataframe(
-                headers=h.TABLE_HEADERS,
+                headers=compare.TABLE_HEADERS,
                 label="Per method",
                 interactive=False,
                 wrap=True,
@@ -206,7 +210,7 @@ def _train(
 ) -> Iterator[tuple]:
     """``/train``: stream ISS-P vs IHT figures; Stop cancels it between iterations."""
     try:
-        yield from h.train_live(
+        yield from analysis.train_live(
             arch, int(scale), float(ratio), float(alpha), int(iterations), int(prune_iters), int(patch),
             int(batch), layers, start, data_dir=data_dir,
         )  # fmt: skip
@@ -217,32 +221,32 @@ def _train(
 def _layers_for(arch: str, scale: int) -> Any:
     """Layer picker choices for a backbone (its prunable weights), two representative ones selected."""
     try:
-        layers = h.prunable_layers(arch, int(scale))
+        layers = analysis.prunable_layers(arch, int(scale))
     except (KeyError, ValueError) as e:
         raise _error(e) from None
-    return gr.update(choices=layers, value=h.default_layers(layers))
+    return gr.update(choices=layers, value=analysis.default_layers(layers))
 
 
 def _recorded(name: str | None, layers: list[str] | None) -> tuple:
     """``/recorded``: the three analysis figures of a bundled recording, whole."""
     if not name:
         return gr.update(), gr.update(), gr.update(), "No recorded run bundled."
-    return h.recorded_figures(name, layers)
+    return analysis.recorded_figures(name, layers)
 
 
 def _recorded_layers(name: str | None) -> Any:
     """Layer picker choices for a recording (every layer it traced)."""
     if not name:
         return gr.update()
-    layers = h.recording_layers(name)
-    return gr.update(choices=layers, value=h.default_layers(layers))
+    layers = analysis.recording_layers(name)
+    return gr.update(choices=layers, value=analysis.default_layers(layers))
 
 
 def analysis_tab(data_dir: str | None) -> None:
     """Live ISS-P vs IHT run with streamed plots, and the bundled recorded runs shown whole."""
-    d = h.LIVE_DEFAULTS
+    d = analysis.LIVE_DEFAULTS
     archs = iss.archs.list_archs()
-    layers0 = h.prunable_layers(d["arch"], d["scale"])
+    layers0 = analysis.prunable_layers(d["arch"], d["scale"])
     gr.Markdown(
         "ISS-P and IHT start from the **same random init** and see the **same batches**. Per-iteration "
         "flips are near zero for both in the first ~1,500 iterations from random init; the contrast of the "
@@ -253,7 +257,7 @@ def analysis_tab(data_dir: str | None) -> None:
         with gr.Column(scale=1, min_width=300):
             with gr.Row():
                 arch = gr.Dropdown(archs, value=d["arch"], label="Backbone")
-                scale = gr.Radio(list(h.SCALES), value=d["scale"], label="Scale")
+                scale = gr.Radio(list(compare.SCALES), value=d["scale"], label="Scale")
             ratio = gr.Slider(0.5, 0.99, value=d["ratio"], step=0.01, label="Pruning ratio")
             alpha = gr.Slider(0.5, 0.999, value=d["alpha"], step=0.001, label="alpha (ISS-P shrink factor)")
             with gr.Row():
@@ -264,9 +268,9 @@ def analysis_tab(data_dir: str | None) -> None:
             with gr.Row():
                 patch = gr.Slider(8, 64, value=d["patch"], step=8, label="LR patch")
                 batch = gr.Slider(1, 32, value=d["batch"], step=1, label="Batch")
-            start = gr.Dropdown(h.recorded_states(), value=h.RANDOM_INIT, label="Start from")
+            start = gr.Dropdown(analysis.recorded_states(), value=analysis.RANDOM_INIT, label="Start from")
             layers = gr.Dropdown(
-                layers0, value=h.default_layers(layers0), multiselect=True, label="Layers to plot"
+                layers0, value=analysis.default_layers(layers0), multiselect=True, label="Layers to plot"
             )
             with gr.Row():
                 go = gr.Button("Train ISS-P vs IHT", variant="primary")
@@ -276,13 +280,16 @@ def analysis_tab(data_dir: str | None) -> None:
             flips = gr.Plot(label="Mask dynamics")
             grads = gr.Plot(label="Gradients")
             training = gr.Plot(label="Training")
-    recordings = h.recording_names()
-    rec_layers0 = h.recording_layers(recordings[0]) if recordings else []
+    recordings = analysis.recording_names()
+    rec_layers0 = analysis.recording_layers(recordings[0]) if recordings else []
     with gr.Accordion("Recorded runs (whole)", open=False) as recorded:
         with gr.Row():
             rec = gr.Dropdown(recordings, value=recordings[0] if recordings else None, label="Recording")
             rec_layers = gr.Dropdown(
-                rec_layers0, value=h.default_layers(rec_layers0), multiselect=True, label="Layers to plot"
+                rec_layers0,
+                value=analysis.default_layers(rec_layers0),
+                multiselect=True,
+                label="Layers to plot",
             )
             show = gr.Button("Show")
         rec_status = gr.Markdown()
@@ -310,7 +317,7 @@ def _sparsity(name: str | None, layer: str | None, zoo_path: str | None = None) 
     if not name:
         return gr.update(), gr.update(), gr.update()
     try:
-        kept, hist, layers = h.sparsity_view(name, layer, zoo_path)
+        kept, hist, layers = sparsity.sparsity_view(name, layer, zoo_path)
     except (ValueError, KeyError, FileNotFoundError, OSError) as e:
         raise _error(e) from None
     return kept, hist, gr.update(choices=layers, value=layer if layer in layers else None)
@@ -318,7 +325,7 @@ def _sparsity(name: str | None, layer: str | None, zoo_path: str | None = None) 
 
 def sparsity_tab(zoo_path: str | None) -> None:
     """Per-layer kept ratio and weight magnitudes of a checkpoint; the zoo beside the paper's tables."""
-    names = [e.name for e in h.zoo(zoo_path)]
+    names = [e.name for e in compare.zoo(zoo_path)]
     if not names:
         gr.Markdown("No checkpoint zoo found (`checkpoints/zoo.json`): nothing to inspect yet.")
     with gr.Row():
@@ -331,10 +338,10 @@ def sparsity_tab(zoo_path: str | None) -> None:
     gr.Markdown(
         "**Zoo vs paper** (same backbone, scale, ratio and method; zoo budgets are far below the paper's)"
     )
-    gr.Dataframe(h.zoo_vs_paper(zoo_path), headers=h.ZOO_VS_PAPER_HEADERS, interactive=False)
-    sparsity = functools.partial(_sparsity, zoo_path=zoo_path)
-    show.click(sparsity, [ckpt, layer], [kept, hist, layer], api_name="sparsity")
-    ckpt.input(sparsity, [ckpt, layer], [kept, hist, layer], api_visibility="private")
+    gr.Dataframe(sparsity.zoo_vs_paper(zoo_path), headers=sparsity.ZOO_VS_PAPER_HEADERS, interactive=False)
+    view = functools.partial(_sparsity, zoo_path=zoo_path)
+    show.click(view, [ckpt, layer], [kept, hist, layer], api_name="sparsity")
+    ckpt.input(view, [ckpt, layer], [kept, hist, layer], api_visibility="private")
 
 
 # ------------------------------------------------------------------------------------------------------ app

@@ -1,4 +1,4 @@
-"""Latency of the app's two heavy events on this machine, measured through the same handlers the app calls.
+"""Latency of the app's two heavy events on this machine, measured through the same functions the app calls.
 
 1. Compare: a 128x128 LR image upscaled x4 by bicubic and every bundled x4 zoo checkpoint ("LR image" mode),
    cold (models loaded from disk) and warm (models cached in memory), with the per-method times.
@@ -18,18 +18,18 @@ import numpy as np
 import torch
 
 import iss
-from iss.ui import handlers as h
+from iss.ui import analysis, compare
 
 
 def compare_latency(size: int = 128, scale: int = 4, zoo_path: str | None = None) -> dict:
     """Cold and warm wall time of one comparison over bicubic and all bundled x{scale} checkpoints."""
-    hr = iss.data.read_image(h.EXAMPLES_DIR / "pagoda.png")
+    hr = iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")
     lr = np.ascontiguousarray(hr[:size, :size])
-    methods = [h.BICUBIC, *(e.name for e in h.zoo(zoo_path) if int(e.scale) == scale)]
+    methods = [compare.BICUBIC, *(e.name for e in compare.zoo(zoo_path) if int(e.scale) == scale)]
     result = {"input": f"{size}x{size} LR, x{scale}", "methods": methods}
     for run in ("cold", "warm"):
         start = time.perf_counter()
-        comp = h.compare(lr, scale, methods, h.MODE_LR, device="cpu", zoo_path=zoo_path)
+        comp = compare.compare(lr, scale, methods, compare.MODE_LR, device="cpu", zoo_path=zoo_path)
         result[f"{run}_seconds"] = round(time.perf_counter() - start, 2)
         result[f"{run}_per_method"] = {row[0]: row[-1] if row[-1] != "" else row[1] for row in comp.rows}
     return result
@@ -38,14 +38,14 @@ def compare_latency(size: int = 128, scale: int = 4, zoo_path: str | None = None
 def first_plot_latency(iterations: int) -> dict:
     """Seconds to the first streamed update of the default live run, and per iteration afterwards."""
     start = time.perf_counter()
-    stream = h.train_live(iterations=iterations, update_seconds=0.0, device="cpu")
+    stream = analysis.train_live(iterations=iterations, update_seconds=0.0, device="cpu")
     next(stream)
     first = time.perf_counter() - start
     for _ in stream:
         pass
     total = time.perf_counter() - start
     return {
-        "defaults": h.LIVE_DEFAULTS,
+        "defaults": analysis.LIVE_DEFAULTS,
         "first_plot_seconds": round(first, 2),
         "iterations": iterations,
         "seconds_per_iteration_after_first": round((total - first) / max(iterations - 1, 1), 3),

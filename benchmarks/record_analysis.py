@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from iss.ui import handlers
+from iss.ui import analysis
 from iss.ui.recording import RUNS, load_recording, save_recording, save_state
 
 
@@ -62,21 +62,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     layers = None if args.layers == "all" else args.layers.split(",")
-    run = handlers.build_live_run(
+    run = analysis.build_live_run(
         args.arch, args.scale, args.ratio, args.alpha, args.prune_iters, layers, seed=args.seed, lr=args.lr,
         arch_kwargs=args.arch_kwargs, all_layers=layers is None,
     )  # fmt: skip
-    batches = handlers.training_batches(
-        args.scale, args.patch, args.batch, args.data_dir, args.seed, handlers.RECORDING_SETS
+    batches = analysis.training_batches(
+        args.scale, args.patch, args.batch, args.data_dir, args.seed, analysis.RECORDING_SETS
     )
-    pair = handlers.validation_pair(args.scale)
+    pair = analysis.validation_pair(args.scale)
     states_at = sorted({int(s) for s in args.states.split(",") if s})
     config = {
         **{
             k: v for k, v in vars(args).items() if k not in ("out", "states", "layers", "threads", "data_dir")
         },
         "device": "cpu",
-        "data": [p.name for p in handlers.training_folders(args.data_dir, handlers.RECORDING_SETS)],
+        "data": [p.name for p in analysis.training_folders(args.data_dir, analysis.RECORDING_SETS)],
         "command": "python benchmarks/record_analysis.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "states": [],
     }
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             if done % args.validate_every == 0 or done == 1:
                 for name in RUNS:
                     run.traces[name].val_iterations.append(done)
-                    run.traces[name].val_psnr.append(handlers.validate(run.models[name], pair, args.scale))
+                    run.traces[name].val_psnr.append(analysis.validate(run.models[name], pair, args.scale))
             if done in states_at:
                 _save_state(args.out, run, done, config)
             if done % args.flush_every == 0:
@@ -145,7 +145,7 @@ def _add_threshold_hints(path: Path) -> None:
     save_file(tensors, str(path), metadata={**metadata, "pruner": json.dumps(pruners)})
 
 
-def _save_state(out: Path, run: handlers.LiveRun, iteration: int, config: dict) -> None:
+def _save_state(out: Path, run: analysis.LiveRun, iteration: int, config: dict) -> None:
     """Resumable weights (fp16) and pruner states of both runs at ``iteration``."""
     out.mkdir(parents=True, exist_ok=True)
     name = f"state_{iteration}.safetensors"
@@ -155,7 +155,7 @@ def _save_state(out: Path, run: handlers.LiveRun, iteration: int, config: dict) 
     config["states"].append({"iteration": iteration, "file": name})
 
 
-def _flush(out: Path, run: handlers.LiveRun, config: dict, done: int, started: float) -> None:
+def _flush(out: Path, run: analysis.LiveRun, config: dict, done: int, started: float) -> None:
     """Rewrite the series and run.json (so a stopped recording is complete up to ``done``)."""
     seconds = time.perf_counter() - started
     timing = {"seconds": round(seconds, 1), "seconds_per_iteration": seconds / max(done, 1)}

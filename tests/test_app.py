@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import iss
-from iss.ui import handlers as h
+from iss.ui import analysis, compare
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -81,17 +81,17 @@ def test_endpoints_are_named(client) -> None:
 def test_upscale_returns_pngs_and_a_table(client, zoo_path: str) -> None:
     from gradio_client import handle_file
 
-    methods = h.method_choices("swinir-light", 4, 0.9, zoo_path)  # what the UI selects by default
+    methods = compare.method_choices("swinir-light", 4, 0.9, zoo_path)  # what the UI selects by default
     assert methods == ["bicubic", "tiny_x4_iss-p_r0.9"]
-    example = h.EXAMPLES_DIR / "pagoda.png"
+    example = compare.EXAMPLES_DIR / "pagoda.png"
     slider, region, grid, table, files, _status, left, _right = client.predict(
-        handle_file(str(example)), 4, methods, h.MODE_HR, False, api_name="/upscale"
+        handle_file(str(example)), 4, methods, compare.MODE_HR, False, api_name="/upscale"
     )
     for path in [*slider, region]:
         with Image.open(path) as im:
             assert im.format == "PNG" and im.size == (240, 240)
     assert all(str(item["image"]).endswith(".png") for item in grid)
-    assert table["headers"] == h.TABLE_HEADERS
+    assert table["headers"] == compare.TABLE_HEADERS
     rows = {row[0]: row for row in table["data"]}
     assert set(rows) == set(methods) and float(rows["bicubic"][1]) > 15
     assert float(rows["tiny_x4_iss-p_r0.9"][1]) > 0 and "%" in rows["tiny_x4_iss-p_r0.9"][3]
@@ -102,7 +102,7 @@ def test_upscale_returns_pngs_and_a_table(client, zoo_path: str) -> None:
 
 def test_train_streams_then_stops_on_cancel(client) -> None:
     job = client.submit(
-        "swinir-light", 2, 0.95, 0.95, 500, 400, 8, 1, [], h.RANDOM_INIT, api_name="/train"
+        "swinir-light", 2, 0.95, 0.95, 500, 400, 8, 1, [], analysis.RANDOM_INIT, api_name="/train"
     )  # 500 iterations would take minutes: only the cancel can end it within the test
     deadline = time.monotonic() + 300
     while len(job.outputs()) < 3 and time.monotonic() < deadline and not job.done():
@@ -134,7 +134,9 @@ def test_browser_compare_then_analysis_plot(app_url: str, tmp_path: Path) -> Non
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(app_url)
-            page.locator("input[type=file]").first.set_input_files(str(h.EXAMPLES_DIR / "launch_towers.png"))
+            page.locator("input[type=file]").first.set_input_files(
+                str(compare.EXAMPLES_DIR / "launch_towers.png")
+            )
             page.get_by_role("button", name="Compare").click()
             page.wait_for_function(
                 "() => [...document.querySelectorAll('img')].filter("

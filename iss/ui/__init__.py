@@ -1,5 +1,6 @@
-"""The Gradio app's logic without gradio: handlers (``handlers.py``), plotly figures (``figures.py``) and
-recorded analysis runs (``recording.py``). ``app.py`` only lays out components and wires them.
+"""The Gradio app's logic without gradio, one module per tab (``compare.py``, ``analysis.py``,
+``sparsity.py``), plus plotly figures (``figures.py``) and recorded analysis runs (``recording.py``).
+``app.py`` only lays out components and wires them.
 
 ``gpu`` is ``spaces.GPU`` when the ``spaces`` package is importable (Hugging Face ZeroGPU Spaces; a no-op
 elsewhere), otherwise an identity decorator. It is imported here, before anything initialises CUDA, as

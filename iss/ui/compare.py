@@ -1,0 +1,381 @@
+"""The Compare tab: upscale one image with bicubic and zoo checkpoints, measure, pair and zoom the results.
+
+Also the checkpoint zoo as the app sees it (choices, cached model loading) and the example images; the other
+tabs reuse ``zoo``, ``load_model``, ``default_device`` and the asset paths from here. Plain values in and out
+(PIL/ndarray images, numbers, lists), no gradio.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+import iss
+
+ROOT = Path(__file__).resolve().parents[2]
+ASSETS = ROOT / "assets"
+EXAMPLES_DIR = ASSETS / "examples"
+
+BICUBIC = "bicubic"
+HR_LABEL, LR_LABEL = "HR (reference)", "LR input (nearest)"
+MODE_HR = "HR image: downscale with MATLAB bicubic, upscale, measure"
+MODE_LR = "LR image: upscale it"
+MODES = (MODE_HR, MODE_LR)
+SCALES = (2, 3, 4)
+MAX_SIDE = {MODE_HR: 1024, MODE_LR: 512}  # input size caps (longest side), CPU-friendly
+TILE_ABOVE = 192  # LR inputs larger than this (either side) are upscaled in overlapping tiles
+TILE = 128
+URBAN100_CROPS = {
+    "img_012": (560, 100),
+    "img_061": (420, 250),
+    "img_004": (40, 250),
+    "img_092": (300, 250),
+}  # x0, y0
+URBAN100_CROP_SIZE = 240
+TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "checkpoint", "time (s)"]
+
+
+def default_device() -> str:
+    """``cuda`` when a GPU is present, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sparse_kernel_note() -> str:
+    """Which kernels the "sparse kernels" toggle runs (the compiled one, or the slower fallback)."""
+    if iss.spmm.load() is None:
+        return "CPU; pure-PyTorch fallback (no C compiler found), about half as fast as the C kernel"
+    return "CPU; compiled C kernel; each layer stays dense where that is faster"
+
+
+# ----------------------------------------------------------------------------------------------------- zoo
+
+
+def zoo(path: str | None = None) -> list[Any]:
+    """The checkpoint zoo entries (empty when the manifest is missing, so the app still runs bicubic)."""
+    try:
+        return list(iss.zoo.load_zoo(path))
+    except FileNotFoundError:
+        return []
+
+
+def zoo_entry(name: str, zoo_path: str | None = None) -> Any:
+    """The zoo entry called ``name``; ``KeyError`` listing the names otherwise."""
+    entries = {e.name: e for e in zoo(zoo_path)}
+    if name not in entries:
+        raise KeyError(f"no zoo entry '{name}'; the zoo has: {', '.join(entries) or 'nothing'}")
+    return entries[name]
+
+
+def backbones(zoo_path: str | None = None) -> list[str]:
+    """Architectures with at least one zoo entry, else every registered one."""
+    names = sorted({e.arch for e in zoo(zoo_path)})
+    return names or iss.archs.list_archs()
+
+
+def ratios(arch: str, scale: int, zoo_path: str | None = None) -> list[float]:
+    """Pruning ratios present in the zoo for ``arch`` at ``scale`` (for the ratio dropdown)."""
+    return sorted({float(e.ratio) for e in zoo(zoo_path) if e.arch == arch and int(e.scale) == int(scale)})
+
+
+def method_choices(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> list[str]:
+    """Bicubic plus every zoo entry matching backbone, scale and ratio (the default selection to compare)."""
+    matching = [
+        e.name
+        for e in zoo(zoo_path)
+        if e.arch == arch
+        and int(e.scale) == int(scale)
+        and (ratio is None or abs(float(e.ratio) - float(ratio)) < 1e-9)
+    ]
+    return [BICUBIC, *matching]
+
+
+@functools.lru_cache(maxsize=16)
+def load_model(
+    name: str, device: str = "cpu", sparse: bool = False, zoo_path: str | None = None
+) -> tuple[nn.Module, dict]:
+    """Load (Hub or bundled, sha256-checked) zoo entry ``name``, cached per (name, device, sparse)."""
+    entry = zoo_entry(name, zoo_path)
+    path = iss.zoo.resolve(entry)
+    model, meta = iss.checkpoint.load(path, device=device)
+    model.eval()
+    kept, total = kept_weights(model)  # before sparsify: converted layers no longer hold a dense weight
+    meta = {**meta, "size_bytes": Path(path).stat().st_size, "kept": kept, "total": total}
+    if sparse:
+        model = iss.sparse.sparsify(model)
+    return model, meta
+
+
+def kept_weights(model: nn.Module) -> tuple[int, int]:
+    """(non-zero, total) entries of the model's conv/linear weights: what pruning acts on."""
+    kept = total = 0
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d | nn.Linear):
+            kept += int(torch.count_nonzero(module.weight).item())
+            total += module.weight.numel()
+    return kept, total
+
+
+# ------------------------------------------------------------------------------------------------- compare
+
+
+@dataclass
+class Comparison:
+    """The result of one comparison, kept in the session state to re-pair and re-zoom without rerunning."""
+
+    lr: np.ndarray
+    hr: np.ndarray | None
+    results: dict[str, np.ndarray] = field(default_factory=dict)
+    rows: list[list[Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    message: str = ""
+
+    def views(self) -> dict[str, np.ndarray]:
+        """Every image at output size: the HR (HR mode), the LR blown up with nearest, then each result."""
+        out = {HR_LABEL: self.hr} if self.hr is not None else {}
+        h, w = next(iter(self.results.values())).shape[:2]
+        out[LR_LABEL] = np.asarray(Image.fromarray(self.lr).resize((w, h), Image.NEAREST))
+        return {**out, **self.results}
+
+
+def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """Turn the uploaded image into (LR, HR or None, message): RGB uint8, capped, downscaled in HR mode."""
+    if image is None:
+        raise ValueError("upload an image or pick an example first")
+    if mode not in MODES:
+        raise ValueError(f"unknown input mode {mode!r}; choose one of: {', '.join(MODES)}")
+    if int(scale) not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale}")
+    img = iss.data.to_rgb_uint8(image)
+    notes = []
+    if isinstance(image, Image.Image) and image.mode not in ("RGB",):
+        notes.append(f"input mode {image.mode} converted to 8-bit RGB (alpha composited on white)")
+    cap = MAX_SIDE[mode]
+    h, w = img.shape[:2]
+    if max(h, w) > cap:
+        factor = cap / max(h, w)
+        img = iss.imresize(img, factor)
+        notes.append(
+            f"input {w}x{h} is above the {cap}px cap for this mode: downscaled (MATLAB bicubic) to "
+            f"{img.shape[1]}x{img.shape[0]}"
+        )
+    if mode == MODE_LR:
+        return img, None, "; ".join(notes)
+    hr = iss.data.modcrop(img, int(scale))
+    if min(hr.shape[:2]) < 4 * int(scale):
+        raise ValueError(f"the image is too small for x{scale}: {w}x{h}; use at least {4 * scale}px per side")
+    lr = iss.imresize(hr, 1 / int(scale))
+    return lr, hr, "; ".join(notes)
+
+
+def compare(
+    image: Any,
+    scale: int,
+    methods: Sequence[str],
+    mode: str = MODE_HR,
+    *,
+    sparse: bool = False,
+    device: str | None = None,
+    zoo_path: str | None = None,
+    out_dir: str | None = None,
+) -> Comparison:
+    """Upscale one image with bicubic and each chosen zoo checkpoint; measure PSNR/SSIM (Y) in HR mode.
+
+    A method whose checkpoint is missing, corrupt or for another scale is not fatal: its table row says
+    ``unavailable: <reason>`` and it is left out of the images.
+    """
+    scale = int(scale)
+    device = device or default_device()
+    lr, hr, message = prepare_input(image, mode, scale)
+    methods = list(dict.fromkeys(methods or [BICUBIC]))
+    comp = Comparison(lr=lr, hr=hr)
+    notes = [message] if message else []
+    tile = TILE if max(lr.shape[:2]) > TILE_ABOVE else None
+    for name in methods:
+        try:
+            sr, row = _run_method(name, lr, scale, device, sparse, zoo_path, tile)
+        except (FileNotFoundError, ValueError, KeyError, OSError) as e:
+            comp.rows.append([name, f"unavailable: {_reason(e)}", "", "", "", "", ""])
+            notes.append(f"{name} is unavailable: {_reason(e, limit=400)}")
+            continue
+        if hr is not None:
+            row[1] = round(iss.metrics.psnr_y(sr, hr, crop_border=scale), 2)
+            row[2] = round(iss.metrics.ssim_y(sr, hr, crop_border=scale), 4)
+        comp.results[name] = sr
+        comp.rows.append(row)
+    if not comp.results:
+        raise ValueError(
+            "none of the chosen methods could run: " + "; ".join(f"{r[0]}: {r[1]}" for r in comp.rows)
+        )
+    comp.files = _write_pngs(comp, out_dir)
+    h_out, w_out = next(iter(comp.results.values())).shape[:2]
+    summary = (
+        f"x{scale}: LR {lr.shape[1]}x{lr.shape[0]} to {w_out}x{h_out}, {len(comp.results)} method(s) ran."
+    )
+    comp.message = "\n\n".join([summary, *notes])
+    return comp
+
+
+def _reason(error: BaseException, limit: int = 140) -> str:
+    """A one-line reason for an unavailable method: no folders, no digests, at most ``limit`` characters."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    text = re.sub(r"^refusing checkpoint \S+: ", "", re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", str(text)))
+    line = " ".join(Path(w).name if w.startswith("/") else w for w in text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _run_method(
+    name: str, lr: np.ndarray, scale: int, device: str, sparse: bool, zoo_path: str | None, tile: int | None
+) -> tuple[np.ndarray, list[Any]]:
+    """Upscale ``lr`` with one method; returns the SR and its (unmeasured) table row."""
+    if name == BICUBIC:
+        start = time.perf_counter()
+        sr = iss.imresize(lr, scale)
+        return sr, [BICUBIC, "", "", "—", "—", "—", round(time.perf_counter() - start, 3)]
+    model, meta = load_model(name, device, sparse, zoo_path)
+    if int(meta["scale"]) != scale:
+        raise ValueError(f"checkpoint is x{meta['scale']}, not x{scale}")
+    start = time.perf_counter()
+    sr = iss.infer.upscale(model, lr, tile=tile, device=device)
+    seconds = time.perf_counter() - start
+    kept, total = meta["kept"], meta["total"]
+    size = f"{meta['size_bytes'] / 1e6:.2f} MB"
+    kept_text = f"{kept / 1e3:.0f}k / {total / 1e3:.0f}k ({100 * kept / max(total, 1):.1f}%)"
+    return sr, [name, "", "", kept_text, meta.get("ratio", ""), size, round(seconds, 3)]
+
+
+def _write_pngs(comp: Comparison, out_dir: str | None) -> list[str]:
+    """Save every result as a full-resolution PNG for download."""
+    folder = Path(out_dir or tempfile.mkdtemp(prefix="iss-sr-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, sr in comp.results.items():
+        path = folder / f"{name.replace('/', '_')}_x{sr.shape[1] // comp.lr.shape[1]}.png"
+        Image.fromarray(sr).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def pair_choices(comp: Comparison | None) -> list[str]:
+    """Names the two slider dropdowns offer: HR (HR mode), the nearest-upscaled LR, and every result."""
+    return list(comp.views()) if comp is not None else []
+
+
+def default_pair(comp: Comparison) -> tuple[str, str]:
+    """Bicubic on the left, an ISS-P checkpoint (else the last one) on the right; the HR when none ran."""
+    names = list(comp.results)
+    models = [n for n in names if n != BICUBIC]
+    preferred = [n for n in models if "iss-p" in n] or models[::-1]
+    right = preferred[0] if preferred else (HR_LABEL if comp.hr is not None else names[-1])
+    left = BICUBIC if BICUBIC in names and right != BICUBIC else LR_LABEL
+    return left, right
+
+
+def slider_pair(comp: Comparison, left: str, right: str) -> tuple[np.ndarray, np.ndarray]:
+    """The two images to put in the slider (same size)."""
+    views = comp.views()
+    for name in (left, right):
+        if name not in views:
+            raise KeyError(f"'{name}' is not among the results; choose one of: {', '.join(views)}")
+    return views[left], views[right]
+
+
+def zoom_box(
+    comp: Comparison, x: float | None, y: float | None, size: int | None = None
+) -> tuple[int, int, int, int]:
+    """(x0, y0, x1, y1) of a square region of the output centred on (x, y) (default: centre), clamped."""
+    h, w = next(iter(comp.results.values())).shape[:2]
+    size = min(size or max(24, min(h, w) // 4), h, w)
+    cx = w / 2 if x is None else float(x)
+    cy = h / 2 if y is None else float(y)
+    x0 = int(min(max(cx - size / 2, 0), w - size))
+    y0 = int(min(max(cy - size / 2, 0), h - size))
+    return x0, y0, x0 + size, y0 + size
+
+
+def zoom_grid(
+    comp: Comparison, box: tuple[int, int, int, int], display: int = 192
+) -> list[tuple[np.ndarray, str]]:
+    """The same region of every image, blown up (nearest) to ``display`` px and captioned, as paper Fig. 2."""
+    x0, y0, x1, y1 = box
+    tiles = []
+    for name, img in comp.views().items():
+        crop = Image.fromarray(img[y0:y1, x0:x1]).resize((display, display), Image.NEAREST)
+        caption = name
+        if comp.hr is not None and name not in (HR_LABEL, LR_LABEL):
+            caption = f"{iss.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f} dB {name}"
+        tiles.append((np.asarray(crop), caption))
+    return tiles
+
+
+def overview(comp: Comparison, box: tuple[int, int, int, int]) -> np.ndarray:
+    """The reference image (HR, else the first model result) with the zoom region outlined in red."""
+    base = comp.hr if comp.hr is not None else list(comp.results.values())[-1]
+    img = base.copy()
+    x0, y0, x1, y1 = box
+    t = max(2, min(img.shape[:2]) // 80)
+    red = np.array([255, 0, 0], np.uint8)
+    img[y0 : y0 + t, x0:x1] = red
+    img[y1 - t : y1, x0:x1] = red
+    img[y0:y1, x0 : x0 + t] = red
+    img[y0:y1, x1 - t : x1] = red
+    return img
+
+
+# ------------------------------------------------------------------------------------------------ examples
+
+
+def example_images(
+    data_dir: str | os.PathLike | None = None, cache: str | os.PathLike | None = None
+) -> list[tuple[str, str]]:
+    """(path, label) of the example images: Urban100 crops if the data folder has them, else bundled photos.
+
+    Urban100 crops are cut on the fly into a cache folder outside the repository (benchmark images are never
+    committed).
+    """
+    urban = _urban100_folder(data_dir)
+    if urban is not None:
+        out = Path(cache or Path(tempfile.gettempdir()) / "iss-sr-urban100-crops")
+        out.mkdir(parents=True, exist_ok=True)
+        examples = []
+        for name, (x, y) in URBAN100_CROPS.items():
+            src = urban / f"{name}.png"
+            if not src.is_file():
+                continue
+            dst = out / f"Urban100_{name}_crop.png"
+            if not dst.is_file():
+                img = iss.data.read_image(src)
+                x0, y0 = min(x, img.shape[1] - URBAN100_CROP_SIZE), min(y, img.shape[0] - URBAN100_CROP_SIZE)
+                Image.fromarray(img[y0 : y0 + URBAN100_CROP_SIZE, x0 : x0 + URBAN100_CROP_SIZE]).save(dst)
+            examples.append((str(dst), f"Urban100 {name} (crop)"))
+        if examples:
+            return examples
+    return [(str(p), p.stem.replace("_", " ")) for p in sorted(EXAMPLES_DIR.glob("*.png"))]
+
+
+def _urban100_folder(data_dir: str | os.PathLike | None) -> Path | None:
+    """The folder of Urban100 HR images under ``data_dir`` (or ``$ISS_DATA_DIR``), if any."""
+    root = data_dir or os.environ.get("ISS_DATA_DIR")
+    if not root:
+        return None
+    root = Path(root)
+    for candidate in (
+        root / "benchmarks" / "Urban100" / "HR",
+        root / "Urban100" / "HR",
+        root / "HR",
+        root / "Urban100",
+    ):
+        if (candidate / "img_012.png").is_file() or (candidate / "img_061.png").is_file():
+            return candidate
+    return None

@@ -1,0 +1,119 @@
+"""The Compare tab as plain functions (no server): compare, inputs, caps, missing checkpoints, zoom."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import iss
+from iss.ui import compare
+
+
+def _photo(size: int = 48) -> Image.Image:
+    """A textured RGB test image (a bundled photo crop)."""
+    img = iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")
+    return Image.fromarray(img[:size, :size])
+
+
+def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
+    names = compare.method_choices("swinir-light", 2, 0.5, tiny_zoo)
+    assert names == ["bicubic", "tiny_x2_iht_r0.5", "missing_x2_iss-p_r0.5"]
+    comp = compare.compare(_photo(), 2, names, compare.MODE_HR, zoo_path=tiny_zoo, out_dir=str(tmp_path))
+    assert set(comp.results) == {"bicubic", "tiny_x2_iht_r0.5"}
+    assert comp.hr.shape == (48, 48, 3) and comp.lr.shape == (24, 24, 3)
+    rows = {r[0]: r for r in comp.rows}
+    bicubic, tiny = rows["bicubic"], rows["tiny_x2_iht_r0.5"]
+    assert bicubic[1] == pytest.approx(
+        iss.metrics.psnr_y(iss.imresize(comp.lr, 2), comp.hr, crop_border=2), abs=0.01
+    )
+    assert isinstance(tiny[1], float) and 0 < tiny[2] <= 1
+    assert "(50.0%)" in tiny[3] or "(5" in tiny[3]  # about half of the weights kept
+    assert tiny[5].endswith("MB")
+    # the missing checkpoint is greyed out with its reason, not fatal
+    assert rows["missing_x2_iss-p_r0.5"][1].startswith("unavailable: ")
+    assert (
+        "missing" in rows["missing_x2_iss-p_r0.5"][1]
+        and "missing_x2_iss-p_r0.5 is unavailable" in comp.message
+    )
+    for path in comp.files:
+        with Image.open(path) as im:
+            assert im.format == "PNG" and im.size == (48, 48)
+
+
+def test_kept_weights_reflect_pruning(tiny_zoo: str) -> None:
+    model, meta = compare.load_model("tiny_x2_iht_r0.5", "cpu", False, tiny_zoo)
+    kept, total = compare.kept_weights(model)
+    assert meta["scale"] == 2 and 0.45 < kept / total < 0.6
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        Image.new("RGBA", (20, 16), (10, 200, 30, 0)),  # fully transparent: composited on white
+        Image.fromarray(np.arange(320, dtype=np.uint8).reshape(16, 20)),  # grayscale
+        Image.fromarray(np.arange(320, dtype=np.uint16).reshape(16, 20) * 200),  # 16-bit
+    ],
+    ids=["rgba", "gray", "16bit"],
+)
+def test_compare_accepts_rgba_gray_16bit(image: Image.Image) -> None:
+    comp = compare.compare(image, 2, ["bicubic"], compare.MODE_LR)
+    assert comp.results["bicubic"].shape == (32, 40, 3)
+    assert comp.results["bicubic"].dtype == np.uint8
+    if image.mode == "RGBA":
+        assert comp.lr.min() == 255  # transparent pixels become white
+    assert "converted" in comp.message
+
+
+def test_size_cap_downscales_with_message() -> None:
+    big = Image.new("RGB", (compare.MAX_SIDE[compare.MODE_LR] * 2, 40), (120, 80, 40))
+    comp = compare.compare(big, 2, ["bicubic"], compare.MODE_LR)
+    assert max(comp.lr.shape[:2]) == compare.MAX_SIDE[compare.MODE_LR]
+    assert "cap" in comp.message and "downscaled" in comp.message
+
+
+def test_user_mistakes_raise_clear_errors(tiny_zoo: str) -> None:
+    with pytest.raises(ValueError, match="upload an image"):
+        compare.compare(None, 2, ["bicubic"])
+    with pytest.raises(ValueError, match="none of the chosen methods"):
+        compare.compare(_photo(), 2, ["missing_x2_iss-p_r0.5"], zoo_path=tiny_zoo)
+    with pytest.raises(ValueError, match="scale"):
+        compare.compare(_photo(), 5, ["bicubic"])
+
+
+def test_pairs_zoom_and_overview(tiny_zoo: str) -> None:
+    comp = compare.compare(_photo(), 2, ["bicubic", "tiny_x2_iht_r0.5"], zoo_path=tiny_zoo)
+    assert compare.default_pair(comp) == ("bicubic", "tiny_x2_iht_r0.5")
+    left, right = compare.slider_pair(comp, compare.HR_LABEL, compare.LR_LABEL)
+    assert left.shape == right.shape == (48, 48, 3)
+    with pytest.raises(KeyError):
+        compare.slider_pair(comp, "nope", "bicubic")
+    box = compare.zoom_box(comp, 47, 0, size=16)
+    assert box == (32, 0, 48, 16)  # clamped to the image
+    grid = compare.zoom_grid(comp, box, display=64)
+    assert [c.split(" dB ")[-1] for _, c in grid] == [
+        compare.HR_LABEL,
+        compare.LR_LABEL,
+        "bicubic",
+        "tiny_x2_iht_r0.5",
+    ]
+    assert all(tile.shape == (64, 64, 3) for tile, _ in grid)
+    marked = compare.overview(comp, box)
+    assert tuple(marked[0, 40]) == (255, 0, 0) and not np.array_equal(marked, comp.hr)
+
+
+def test_examples_bundled_and_urban100_crops(tmp_path: Path) -> None:
+    bundled = compare.example_images(None)
+    assert len(bundled) >= 3 and all(Path(p).is_file() for p, _ in bundled)
+    credits = (compare.ASSETS / "CREDITS.md").read_text()
+    assert all(Path(p).name in credits for p, _ in bundled)
+    urban = tmp_path / "data" / "benchmarks" / "Urban100" / "HR"
+    urban.mkdir(parents=True)
+    Image.new("RGB", (300, 260), (1, 2, 3)).save(urban / "img_012.png")
+    crops = compare.example_images(tmp_path / "data", cache=tmp_path / "crops")
+    assert [label for _, label in crops] == ["Urban100 img_012 (crop)"]
+    with Image.open(crops[0][0]) as im:
+        assert im.size == (compare.URBAN100_CROP_SIZE, compare.URBAN100_CROP_SIZE)
+    assert Path(crops[0][0]).parent == tmp_path / "crops"
