@@ -1,6 +1,6 @@
 """Talking to the Hugging Face Hub: bounded downloads, and the benchmark HR sets as safely extracted images.
 
-Every download goes through :func:`_hub_download`, which bounds the wait with one metadata request
+Every download goes through :func:`download`, which bounds the wait with one metadata request
 (``timeout``), honours ``HF_HUB_OFFLINE`` (read at call time as well as at import) and the Hub cache, and
 accepts an explicit ``endpoint``/``cache_dir`` so tests can point it at a local fake Hub.
 :func:`fetch_benchmark` downloads ``data/<Set>_HR.tar.gz`` from the ``eugenesiow/<Set>`` dataset repos and
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # Anything a download can fail with: transport errors (timeouts, refused connections; ``HTTPError`` is the
 # HTTP client's base class, which ``HfHubHTTPError`` (404, 5xx...) also derives from) and ``OSError``
 # (offline mode, missing cache entry, size mismatch, disk errors).
-_DOWNLOAD_ERRORS = (HTTPError, OSError)
+DOWNLOAD_ERRORS = (HTTPError, OSError)
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 # ----------------------------------------------------------------------------------------------- benchmarks
@@ -73,13 +73,13 @@ def fetch_benchmark(
     if _read_json(source_file).get("revision") == revision and hr.is_dir() and any(hr.iterdir()):
         return root
     try:
-        tarball = _hub_download(
+        tarball = download(
             repo_id, filename, repo_type="dataset", revision=revision, cache_dir=hub_cache,
             endpoint=endpoint, offline=offline, timeout=timeout,
         )  # fmt: skip
-    except _DOWNLOAD_ERRORS as e:
+    except DOWNLOAD_ERRORS as e:
         raise FileNotFoundError(
-            f"could not download {name} from the Hub ({_describe(e)}); pass a local benchmarks folder "
+            f"could not download {name} from the Hub ({describe_error(e)}); pass a local benchmarks folder "
             f"holding {name}/HR with --data-dir or ISS_DATA_DIR"
         ) from e
     count = extract_images(tarball, hr, expected=BENCHMARK_SIZES[name])
@@ -199,7 +199,7 @@ def hub_offline() -> bool:
     }
 
 
-def _hub_download(
+def download(
     repo_id: str,
     filename: str,
     *,
@@ -230,7 +230,7 @@ def _hub_download(
     url = hf_hub_url(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=endpoint)
     try:
         get_hf_file_metadata(url, token=token, timeout=timeout, endpoint=endpoint)
-    except _DOWNLOAD_ERRORS as e:
+    except DOWNLOAD_ERRORS as e:
         try:
             return Path(hf_hub_download(**kwargs, local_files_only=True))
         except LocalEntryNotFoundError:
@@ -238,7 +238,7 @@ def _hub_download(
     return Path(hf_hub_download(**kwargs, etag_timeout=timeout))
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
     """A one-line reason for a failed download."""
     if isinstance(error, LocalEntryNotFoundError):
         return "offline (HF_HUB_OFFLINE or --offline) and not in the Hub cache"

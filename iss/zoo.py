@@ -26,8 +26,8 @@ from huggingface_hub import HfApi, ModelCardData
 from huggingface_hub import try_to_load_from_cache as _try_to_load_from_cache
 from huggingface_hub.errors import HTTPError
 
-from iss.cli import UsageError
-from iss.hub import _DOWNLOAD_ERRORS, _describe, _hub_download, sha256_of
+from .cli import UsageError
+from .hub import DOWNLOAD_ERRORS, describe_error, download, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +186,13 @@ def locate(
     else:
         hub = entry.hub
         try:
-            path = _hub_download(
+            path = download(
                 hub.repo_id, hub.filename, repo_type="model", revision=hub.revision, cache_dir=cache_dir,
                 endpoint=endpoint, offline=offline, timeout=timeout, token=token,
             )  # fmt: skip
-        except _DOWNLOAD_ERRORS as e:
-            reason = f"Hub download of {hub.repo_id}/{hub.filename}@{hub.revision} failed: {_describe(e)}"
+        except DOWNLOAD_ERRORS as e:
+            where = f"{hub.repo_id}/{hub.filename}@{hub.revision}"
+            reason = f"Hub download of {where} failed: {describe_error(e)}"
         else:
             verify(path, entry, origin=f"downloaded from {hub.repo_id}@{hub.revision}")
             return Resolved(path, "hub", f"{hub.repo_id}@{hub.revision}")
@@ -459,7 +460,7 @@ def run(args: argparse.Namespace) -> int:
             private=args.private or None,
         )  # fmt: skip
     except (HTTPError, ConnectionError, TimeoutError) as e:  # HTTP errors, refused connection, offline mode
-        raise UsageError(f"publishing to {args.repo} failed: {_describe(e)}") from e
+        raise UsageError(f"publishing to {args.repo} failed: {describe_error(e)}") from e
     print(f"published {args.repo}@{args.revision}: commit {commit}")
     print(f"pinned every entry of {manifest} to {args.repo}@{commit}")
     return 0
