@@ -253,7 +253,7 @@ class SparseConv2d(_SparseBase):
         if self.channels is not None:
             weight = weight[:, self.channels]
         self.csr: Tensor | None = _to_csr(weight.reshape(self.out_channels, -1))  # column = channel*k*k + tap
-        self._offsets: dict[tuple[int, int], spmm.OffsetCSR] = {}  # (plane, ld) -> the C kernel's weights
+        self._offsets: tuple[tuple[int, int], spmm.OffsetCSR] | None = None  # C kernel: (plane, ld), weights
         self._taps: list[tuple[int, Tensor]] | None = None  # MKL path: (tap, CSR [out, in]) per non-empty tap
 
     def dense_weight(self) -> Tensor:
@@ -268,21 +268,22 @@ class SparseConv2d(_SparseBase):
         return ("conv", self.in_channels, self.out_channels, self.kernel_size, *x.shape)
 
     def _drop_sparse(self) -> None:
-        self.csr, self._offsets, self._taps = None, {}, None
+        self.csr, self._offsets, self._taps = None, None, None
 
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.conv2d(x, weight, self.bias, padding=self.kernel_size // 2)
 
     def _offset_csr(self, plane: int, ld: int) -> spmm.OffsetCSR:
-        """The weights for the C kernel reading a padded [channels, plane] buffer with rows ``ld`` apart."""
-        if (plane, ld) not in self._offsets:
+        """The weights for the C kernel reading a padded [channels, plane] buffer with rows ``ld`` apart
+        (kept for the last layout only: it changes only with the input width, below ``TILE_COLS``)."""
+        if self._offsets is None or self._offsets[0] != (plane, ld):
             k = self.kernel_size
             cols = self.csr.col_indices().long()
             channel, tap = cols // (k * k), cols % (k * k)
             offsets = channel * plane + (tap // k) * ld + tap % k
             weights = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
-            self._offsets[plane, ld] = weights
-        return self._offsets[plane, ld]
+            self._offsets = (plane, ld), weights
+        return self._offsets[1]
 
     def _tap_csrs(self) -> list[tuple[int, Tensor]]:
         """MKL path: one [out, in] CSR per kernel tap that has a non-zero, built on first use."""
@@ -322,8 +323,9 @@ class SparseConv2d(_SparseBase):
         threads = torch.get_num_threads()
         # rows per pool job: all of them on one thread, else at least 4 jobs per thread, for balance
         job_rows = h if threads == 1 else min(h, math.ceil(n * h * tiles_across / (4 * threads)))
-        rows = min(job_rows, max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p))
-        plane = (rows + 2 * p) * ld
+        cache_rows = max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p)
+        rows = min(job_rows, cache_rows)
+        plane = (cache_rows + 2 * p) * ld  # not from rows: the weights' offsets then depend on the width only
         weights = self._offset_csr(plane, ld)
 
         def job(start: tuple[int, int, int], buffers: list[Tensor]) -> None:
@@ -399,7 +401,7 @@ class SparseLinear(_SparseBase):
         super().__init__(linear.bias, zero_fraction(linear.weight), plan or _Plan())
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.csr: Tensor | None = _to_csr(linear.weight)
-        self._offsets: dict[int, spmm.OffsetCSR] = {}  # buffer row length -> the C kernel's weights
+        self._offsets: tuple[int, spmm.OffsetCSR] | None = None  # C kernel: last buffer row length, weights
 
     def dense_weight(self) -> Tensor:
         """The dense [out, in] weight (rebuilt from CSR)."""
@@ -409,17 +411,17 @@ class SparseLinear(_SparseBase):
         return ("linear", self.in_features, self.out_features, x.numel() // self.in_features)
 
     def _drop_sparse(self) -> None:
-        self.csr, self._offsets = None, {}
+        self.csr, self._offsets = None, None
 
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.linear(x, weight, self.bias)
 
     def _offset_csr(self, ld: int) -> spmm.OffsetCSR:
-        """The weights for the C kernel reading channel-major tokens with rows ``ld`` apart."""
-        if ld not in self._offsets:
+        """The weights for the C kernel reading channel-major tokens with rows ``ld`` apart (last ld only)."""
+        if self._offsets is None or self._offsets[0] != ld:
             offsets = self.csr.col_indices().long() * ld
-            self._offsets[ld] = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
-        return self._offsets[ld]
+            self._offsets = ld, spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
+        return self._offsets[1]
 
     def _sparse_forward(self, x: Tensor) -> Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
