@@ -156,7 +156,7 @@ def build_live_run(
     traces = {run: RunTrace(layers=chosen) for run in RUNS}
     for run in RUNS:
         pruners[run].add_callback(traces[run].observe)
-    train_config = iss.train.TrainConfig(lr=lr)
+    train_config = iss.train_config.TrainConfig(lr=lr)
     trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
     return LiveRun(models, pruners, trainers, traces, start_iteration, {**config, "layers": chosen})
 
