@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per model (after a warm-up)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    p.add_argument("--memory-reps", type=int, default=3, help="processes per peak-memory figure (median)")
+    p.add_argument("--memory-reps", type=int, default=5, help="processes per peak-memory figure (median)")
     p.add_argument("--checkpoint", type=Path, help="time this pruned checkpoint (trained mask) instead")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sparse_inference"),
                    help="writes OUT.md and OUT.json")  # fmt: skip
