@@ -307,7 +307,7 @@ class SparseConv2d(_SparseBase):
         if self.csr.values().numel() == 0:  # all weights are zero
             return _fill_bias(out.view(n, self.out_channels, -1), _column(bias)).view_as(out)
         if _native(x):
-            self._native_forward(x.contiguous(), out, bias)
+            self._native_forward(x, out, bias)
         else:
             self._mkl_forward(x, out, bias)
         return out

@@ -87,7 +87,7 @@ def load() -> ctypes.CDLL | None:
         warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.iss_conv_tiles.argtypes = [ptr, ptr, ptr, *[i64] * 9, ptr, *[i64] * 3, ptr, ptr, ptr, ptr]
+    lib.iss_conv_tiles.argtypes = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 3, ptr, ptr, ptr, ptr]
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = None
     return lib
@@ -120,7 +120,8 @@ def conv_tiles(
     out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
     cols: range, tile_rows: int, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
 ) -> None:  # fmt: skip
-    """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] into ``out``.
+    """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] (any strides) into
+    contiguous ``out``.
 
     ``tile_rows`` rows at a time, the input they read is zero-padded into ``buffer`` (``plane`` floats per
     used input channel, in rows ``ld`` apart: the layout ``weight``'s offsets were computed for) and
@@ -132,8 +133,11 @@ def conv_tiles(
     cin, tw = (c if channels is None else channels.numel()), len(cols) + 2 * p
     if not (out.dtype == image.dtype == buffer.dtype == torch.float32):
         raise ValueError("conv_tiles needs float32 tensors")
-    if not (out.is_contiguous() and image.is_contiguous() and buffer.is_contiguous()):
-        raise ValueError("conv_tiles needs contiguous tensors")
+    if not (out.is_contiguous() and buffer.is_contiguous()) or min(image.stride()) < 0:
+        raise ValueError("conv_tiles needs a contiguous output and buffer, and non-negative input strides")
+    reach = sum((size - 1) * stride for size, stride in zip(image.shape, image.stride(), strict=True))
+    if image.numel() and image.storage_offset() + reach >= image.untyped_storage().nbytes() // 4:
+        raise ValueError("conv_tiles: the input view reaches outside its storage")
     if out.shape != (cout, h, w) or rows.step != 1 or cols.step != 1:
         raise ValueError(f"conv_tiless: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
     if not (0 <= rows.start <= rows.stop <= h and 0 <= cols.start <= cols.stop <= w):
@@ -152,7 +156,8 @@ def conv_tiles(
     if not rows or not cols:
         return
     lib.iss_conv_tiles(
-        out.data_ptr(), image.data_ptr(), 0 if channels is None else channels.data_ptr(), cin, h, w, p,
+        out.data_ptr(), image.data_ptr(), *image.stride(), 0 if channels is None else channels.data_ptr(),
+        cin, h, w, p,
         rows.start, rows.stop, cols.start, cols.stop, tile_rows, buffer.data_ptr(), plane, ld, cout,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
         0 if bias is None else bias.data_ptr(),

@@ -152,8 +152,12 @@ def test_c_kernel_tiles_rows_and_columns(monkeypatch: pytest.MonkeyPatch, kernel
     conv = masked(nn.Conv2d(6, 9, kernel, padding=kernel // 2), 0.8)
     layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0))
     x = torch.randn(2, 6, 7, 39)
+    strided = torch.randn(2, 39, 7, 6).permute(0, 3, 2, 1)  # read in place, whatever the strides
     with torch.no_grad():
         torch.testing.assert_close(layer(x), conv(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(layer(strided), conv(strided), atol=1e-5, rtol=0)
+        channels_last = x.to(memory_format=torch.channels_last)
+        torch.testing.assert_close(layer(channels_last), conv(x), atol=1e-5, rtol=0)
         wide = torch.randn(1, 6, 3, 300)  # 8 x 16 register blocks plus tails in one tile
         monkeypatch.setattr(sparse, "TILE_COLS", 300)
         torch.testing.assert_close(layer(wide), conv(wide), atol=1e-5, rtol=0)

@@ -55,15 +55,15 @@ static void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *i
     }
 }
 
-/* Rows [r0, r1) x columns [c0, c1) of a k x k 'same' convolution (p = k / 2) of one image
- * in[channels][h][w] into out[cout][h][w], `rows` output rows at a time: copy the input they read,
- * zero-padded, into buf[cin][plane] (rows + 2p rows of c1 - c0 + 2p floats, `ld` apart), which stays in
- * cache, then run iss_spmm on it. `channels` (or NULL: 0..cin-1) lists the input channels the weights
- * read; `off` is computed for this plane and ld. */
-void iss_conv_tiles(float *out, const float *in, const int64_t *channels, int64_t cin, int64_t h, int64_t w,
-                    int64_t p, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t rows, float *buf,
-                    int64_t plane, int64_t ld, int64_t cout, const int32_t *rowptr, const int32_t *off,
-                    const float *val, const float *bias)
+/* Rows [r0, r1) x columns [c0, c1) of a k x k 'same' convolution (p = k / 2) of one image in (element
+ * (c, y, x) at in[c*cs + y*ys + x*xs]: any layout) into contiguous out[cout][h][w], `rows` output rows at a
+ * time: copy the input they read, zero-padded, into buf[cin][plane] (rows + 2p rows of c1 - c0 + 2p floats,
+ * `ld` apart), which stays in cache, then run iss_spmm on it. `channels` (or NULL: 0..cin-1) lists the input
+ * channels the weights read; `off` is computed for this plane and ld. */
+void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t xs, const int64_t *channels,
+                    int64_t cin, int64_t h, int64_t w, int64_t p, int64_t r0, int64_t r1, int64_t c0,
+                    int64_t c1, int64_t rows, float *buf, int64_t plane, int64_t ld, int64_t cout,
+                    const int32_t *rowptr, const int32_t *off, const float *val, const float *bias)
 {
     const int64_t tw = c1 - c0 + 2 * p;                   /* padded tile width */
     const int64_t x0 = c0 - p < 0 ? 0 : c0 - p;           /* input columns copied: [x0, x1) */
@@ -72,7 +72,7 @@ void iss_conv_tiles(float *out, const float *in, const int64_t *channels, int64_
     for (int64_t top = r0; top < r1; top += rows) {
         const int64_t n = r1 - top < rows ? r1 - top : rows;
         for (int64_t c = 0; c < cin; c++) {
-            const float *src = in + (channels ? channels[c] : c) * h * w;
+            const float *src = in + (channels ? channels[c] : c) * cs;
             for (int64_t j = 0; j < n + 2 * p; j++) {
                 const int64_t y = top - p + j;
                 float *dst = buf + c * plane + j * ld;
@@ -81,7 +81,11 @@ void iss_conv_tiles(float *out, const float *in, const int64_t *channels, int64_
                     continue;
                 }
                 memset(dst, 0, lead * sizeof *dst);
-                memcpy(dst + lead, src + y * w + x0, (x1 - x0) * sizeof *dst);
+                const float *row = src + y * ys;
+                if (xs == 1)
+                    memcpy(dst + lead, row + x0, (x1 - x0) * sizeof *dst);
+                else
+                    for (int64_t x = x0; x < x1; x++) dst[lead + x - x0] = row[x * xs];
                 memset(dst + tw - trail, 0, trail * sizeof *dst);
             }
         }
