@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per model (after a warm-up)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    p.add_argument("--memory-reps", type=int, default=5, help="processes per peak-memory figure (median)")
+    p.add_argument("--memory-reps", type=int, default=3, help="processes per peak-memory figure (median)")
     p.add_argument("--checkpoint", type=Path, help="time this pruned checkpoint (trained mask) instead")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sparse_inference"),
                    help="writes OUT.md and OUT.json")  # fmt: skip
@@ -173,9 +173,12 @@ def run_memory(args: argparse.Namespace, arch: str, ratio: float, mode: str, thr
     marks cannot be shared between models)."""
     cmd = [sys.executable, __file__, "--memory-probe", arch, str(ratio), mode, str(threads),
            "--scale", str(args.scale), "--size", str(args.size), "--seed", str(args.seed)]  # fmt: skip
+    # glibc: tensors of 1 MiB and more are mmap'd and unmapped when freed, so RSS follows live memory instead
+    # of the allocator's adaptive threshold (which made the figure vary by ~100 MiB from process to process).
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
     probes = []
     for _ in range(args.memory_reps):
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         probes.append(json.loads(out.strip().splitlines()[-1]))
     return {key: statistics.median(p[key] for p in probes) for key in probes[0]}
 
@@ -266,9 +269,10 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
     if memory:
         lines += [
             "",
-            f"Peak memory, median of {args.memory_reps} fresh processes per model: inference = VmHWM over "
-            "one call after the warm-up and a `malloc_trim` (weights + activations), process = max RSS "
-            "including building the dense model first and the warm-up.",
+            f"Peak memory, median of {args.memory_reps} fresh processes per model (glibc's mmap threshold "
+            "fixed at 1 MiB, so RSS follows live memory): inference = VmHWM over one call after the warm-up "
+            "and a `malloc_trim` (weights + activations), process = max RSS including building the dense "
+            "model first and the warm-up.",
             "",
             "| arch | threads | ratio | mode | inference peak MiB | process peak MiB |",
             "|---|---|---|---|---|---|",
