@@ -43,6 +43,20 @@ def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
             assert im.format == "PNG" and im.size == (48, 48)
 
 
+def test_sparse_kernels_toggle_gives_the_same_image(tiny_zoo: str) -> None:
+    """The "sparse kernels" toggle runs the checkpoint through iss.sparsify: same pixels, its own time."""
+    name = "tiny_x2_iht_r0.5"
+    dense = compare.compare(_photo(), 2, [name], compare.MODE_HR, zoo_path=tiny_zoo, device="cpu")
+    fast = compare.compare(_photo(), 2, [name], compare.MODE_HR, sparse=True, zoo_path=tiny_zoo, device="cpu")
+    model, _ = compare.load_model(name, "cpu", True, tiny_zoo)
+    assert any(isinstance(m, iss.sparse.SparseConv2d) for m in model.modules())
+    diff = np.abs(fast.results[name].astype(int) - dense.results[name].astype(int))
+    assert diff.max() <= 1  # equal within 1e-4 before rounding to uint8
+    row = next(r for r in fast.rows if r[0] == name)
+    assert row[1] == pytest.approx(next(r for r in dense.rows if r[0] == name)[1], abs=0.01) and row[-1] > 0
+    assert "C kernel" in compare.sparse_kernel_note() or "fallback" in compare.sparse_kernel_note()
+
+
 def test_kept_weights_reflect_pruning(tiny_zoo: str) -> None:
     model, meta = compare.load_model("tiny_x2_iht_r0.5", "cpu", False, tiny_zoo)
     kept, total = compare.kept_weights(model)
