@@ -55,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=128, help="LR input height and width")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per model (after a warm-up)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-speedup", type=float, default=1.0,
+                   help="iss.sparsify's crossover (0: every layer sparse, no first-call timing)")  # fmt: skip
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--memory-reps", type=int, default=3, help="processes per peak-memory figure (median)")
     p.add_argument("--checkpoint", type=Path, help="time this pruned checkpoint (trained mask) instead")
@@ -149,15 +151,15 @@ def release_free_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def memory_probe(arch: str, ratio: float, mode: str, threads: int, scale: int, size: int, seed: int) -> dict:
+def memory_probe(args: argparse.Namespace, arch: str, ratio: float, mode: str, threads: int) -> dict:
     """Peak memory of one inference (after a warm-up/calibration call) in this fresh process."""
     torch.set_num_threads(threads)
-    model = build(arch, scale, ratio, seed)
+    model = build(arch, args.scale, ratio, args.seed)
     if mode == "sparse":
-        sparse = sparsify(model, threads=threads)
+        sparse = sparsify(model, threads=threads, min_speedup=args.min_speedup)
         del model
         model = sparse
-    x = torch.rand(1, 3, size, size)
+    x = torch.rand(1, 3, args.size, args.size)
     timed(model, x)  # warm-up; the sparse model decides dense/sparse per layer here
     process_peak = vm_hwm_mib()  # building (dense first, also for sparse), converting, warm-up
     release_free_heap()  # else what glibc kept from the warm-up's garbage counts, varying run to run
@@ -172,6 +174,7 @@ def run_memory(args: argparse.Namespace, arch: str, ratio: float, mode: str, thr
     """Median of ``--memory-reps`` :func:`memory_probe` runs, each in a fresh subprocess (RSS high-water
     marks cannot be shared between models)."""
     cmd = [sys.executable, __file__, "--memory-probe", arch, str(ratio), mode, str(threads),
+           "--min-speedup", str(args.min_speedup),
            "--scale", str(args.scale), "--size", str(args.size), "--seed", str(args.seed)]  # fmt: skip
     # glibc: tensors of 1 MiB and more are mmap'd and unmapped when freed, so RSS follows live memory instead
     # of the allocator's adaptive threshold (which made the figure vary by ~100 MiB from process to process).
@@ -201,7 +204,7 @@ def bench_arch(args: argparse.Namespace, arch: str, threads: int) -> list[dict]:
     info: dict[str, dict] = {}
     for ratio in args.ratios:
         masked = make(ratio)
-        sparse = sparsify(masked, threads=threads)
+        sparse = sparsify(masked, threads=threads, min_speedup=args.min_speedup)
         with torch.inference_mode():
             t0 = time.perf_counter()
             out = sparse(x)  # first call: per-layer crossover timing
@@ -247,7 +250,8 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
         f"# Sparse inference: dense vs `iss.sparsify`, x{args.scale}, LR {args.size}x{args.size}",
         "",
         f"torch {env['torch']}, {env['cpu']}, sparse kernels: {env['kernels']}, "
-        f"OMP_WAIT_POLICY={env['omp_wait_policy']}, load average "
+        f"`iss.sparsify(min_speedup={args.min_speedup:g})`, OMP_WAIT_POLICY={env['omp_wait_policy']}, "
+        "load average "
         f"{env['load_before']} before / {env['load_after']} after (shared machine). {args.reps} interleaved "
         "repetitions; speedup = median dense / median sparse (min-based in brackets). Random per-layer masks "
         "with exactly `ratio` zeros on a random-init model. conv / linear / other = ms inside Conv2d, Linear "
@@ -304,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.memory_probe:
         arch, ratio, mode, threads = args.memory_probe
-        probe = memory_probe(arch, float(ratio), mode, int(threads), args.scale, args.size, args.seed)
+        probe = memory_probe(args, arch, float(ratio), mode, int(threads))
         print(json.dumps(probe))
         return 0
     if args.checkpoint is not None:  # one model, its own ratio and scale; label rows with the file name
