@@ -123,7 +123,7 @@ def _run_chunks(
     """Run ``fn(job, buffers)`` on every job, on this thread for small ``work`` (multiply-adds and such),
     else spread over ``torch.get_num_threads()`` pool threads.
 
-    A pool thread takes the next chunk when done with one (torch releases the GIL inside the kernels), so a
+    A pool thread takes the next chunk when done with one (the C and torch kernels release the GIL), so a
     core taken by another process delays one chunk rather than every call. The per-thread ``scratch()``
     buffers are allocated here, on the calling thread: allocations inside the pool threads would land in
     per-thread malloc arenas that keep their memory.
