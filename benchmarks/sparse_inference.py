@@ -1,10 +1,11 @@
 """End-to-end CPU time and peak memory of dense vs ``iss.sparsify`` inference for EDSR-L and SwinIR-light.
 
-Every Conv2d/Linear of a randomly initialised model gets a random mask with exactly ``ratio`` zeros (as
-``iss.pruning`` makes per layer). Speed depends on how many zeros there are and where, not on the trained
-values, so random masks stand in for trained checkpoints; a trained mask is not uniformly random (some rows
-or taps denser than others), which can move the figures a little either way. The dense baseline is the
-unpruned model with the stock kernels (oneDNN/MKL do not skip zeros: its time does not depend on the ratio).
+Every Conv2d/Linear of a randomly initialised model gets a random mask with exactly ``ceil(ratio * n)``
+zeros (the ``scratch`` pruner of ``iss.pruning``). Speed depends on how many zeros there are and where, not
+on the trained values, so random masks stand in for trained checkpoints; a trained mask is not uniformly
+random (some rows or taps denser than others), which can move the figures a little either way. The dense
+baseline is the unpruned model with the stock kernels (oneDNN/MKL do not skip zeros: its time does not depend
+on the ratio).
 
 Timing: per (arch, threads) the dense model and the sparse models run in a fresh random order each
 repetition (interleaved, so load from other users of the machine hits all alike); medians are reported.
@@ -38,6 +39,7 @@ from torch import nn
 
 import iss.archs
 import iss.checkpoint
+import iss.pruning
 import iss.spmm
 from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
 
@@ -68,22 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def random_masks_(model: nn.Module, ratio: float, seed: int) -> nn.Module:
-    """Zero exactly ``round(ratio * numel)`` random weights of every Conv2d/Linear, in place."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, (nn.Conv2d, nn.Linear)):
-                flat = module.weight.view(-1)
-                flat[torch.randperm(flat.numel(), generator=gen)[: round(ratio * flat.numel())]] = 0
-    return model
-
-
 def build(arch: str, scale: int, ratio: float, seed: int) -> nn.Module:
     """Random-init ``arch`` with random per-layer masks of ``ratio`` (0: dense), in eval mode."""
     torch.manual_seed(seed)
-    model = iss.archs.build(arch, scale).eval()
-    return random_masks_(model, ratio, seed) if ratio > 0 else model
+    model = iss.archs.build(arch, scale)
+    if ratio > 0:
+        iss.pruning.build("scratch", model, ratio, seed=seed)
+    return model.eval()
 
 
 def timed(model: nn.Module, x: torch.Tensor) -> float:
@@ -254,8 +247,8 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
         "load average "
         f"{env['load_before']} before / {env['load_after']} after (shared machine). {args.reps} interleaved "
         "repetitions; speedup = median dense / median sparse (min-based in brackets). Random per-layer masks "
-        "with exactly `ratio` zeros on a random-init model. conv / linear / other = ms inside Conv2d, Linear "
-        "and everything else (one extra hooked run each).",
+        "with exactly `ceil(ratio * n)` zeros (the scratch pruner) on a random-init model. "
+        "conv / linear / other = ms inside Conv2d, Linear and everything else (one extra hooked run each).",
         "",
         "| arch | threads | ratio | dense ms | sparse ms | speedup | sparse layers "
         "| dense conv / linear / other | sparse conv / linear / other | max abs err | first call s |",

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from common import ROOT, TINY
 from fakehub import FakeHub, closed_port_url
 from huggingface_hub import constants
 
 import iss
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("ISS_DATA_DIR", ROOT.parent / "shared" / "data"))
-TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))  # a few thousand weights: fast on CPU
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

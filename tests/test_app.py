@@ -12,19 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from common import ROOT, TINY
 from PIL import Image
 
 import iss
 from iss.ui import analysis, compare
 
-ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
 ]  # fmt: skip
 
-TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))
 pytestmark = pytest.mark.slow  # starting the server and loading models takes a few seconds
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from common import TINY_ARCHS
 from torch import nn
 
 from iss import archs
@@ -17,16 +18,6 @@ from iss.archs.common import (
     window_partition,
     window_reverse,
 )
-
-# Constructor overrides giving a model small enough for a fast forward; every registered arch needs one.
-TINY = {
-    "swinir-light": dict(embed_dim=12, depths=(2, 2), num_heads=(2, 2)),
-    "edsr-l": dict(num_feat=8, num_block=2),
-    "edsr-baseline": dict(num_feat=8, num_block=2),
-    "cat-r": dict(
-        embed_dim=96, depth=(2,), num_heads=(2,), split_size_0=(4,), split_size_1=(16,), mlp_ratio=1.0
-    ),
-}
 
 # All nn.Parameters of the official models (reference notes, measured on the official code).
 PARAMS = {
@@ -39,7 +30,7 @@ PARAMS = {
 
 def tiny(name: str, scale: int, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
-    return archs.build(name, scale, **TINY[name]).eval()
+    return archs.build(name, scale, **TINY_ARCHS[name]).eval()
 
 
 def meta_build(name: str, scale: int) -> nn.Module:
@@ -50,7 +41,7 @@ def meta_build(name: str, scale: int) -> nn.Module:
 
 def test_registry_names() -> None:
     assert archs.list_archs() == ["cat-r", "edsr-l", "edsr-baseline", "swinir-light"]
-    assert set(TINY) == set(archs.list_archs()) == set(PARAMS)
+    assert set(TINY_ARCHS) == set(archs.list_archs()) == set(PARAMS)
 
 
 @pytest.mark.parametrize("name", archs.list_archs())
@@ -155,7 +146,7 @@ def test_shifted_window_mask_regions() -> None:
 def test_masks_for_other_sizes_match_stored_buffers(name: str, other: int) -> None:
     """The mask computed on the fly for a size equals the stored one of a model built for that size."""
     model = tiny(name, 2)
-    same = archs.build(name, 2, img_size=other, **TINY[name]).eval()
+    same = archs.build(name, 2, img_size=other, **TINY_ARCHS[name]).eval()
     learned = {k: v for k, v in model.state_dict().items() if "attn_mask" not in k}
     same.load_state_dict(learned, strict=False)
     x = torch.rand(1, 3, other, other)
@@ -216,7 +207,7 @@ def test_edsr_layout() -> None:
 @pytest.mark.parametrize("name", ["swinir-light", "cat-r"])
 def test_drop_path_only_in_training(name: str) -> None:
     torch.manual_seed(0)
-    model = archs.build(name, 2, drop_path_rate=0.5, **TINY[name])
+    model = archs.build(name, 2, drop_path_rate=0.5, **TINY_ARCHS[name])
     x = torch.rand(8, 3, 8, 8)
     with torch.no_grad():
         assert not torch.equal(model.train()(x), model(x))
@@ -255,7 +246,7 @@ def _to_edsr_pytorch(state_dict: dict[str, torch.Tensor], num_block: int) -> dic
 def test_load_official_roundtrip(tmp_path: Path, name: str, wrap) -> None:
     source, target = tiny(name, 4, seed=1), tiny(name, 4, seed=2)
     path = tmp_path / "official.pth"
-    torch.save(wrap(source.state_dict(), TINY[name].get("num_block")), path)
+    torch.save(wrap(source.state_dict(), TINY_ARCHS[name].get("num_block")), path)
     assert archs.load_official(target, path) is target
     x = torch.rand(1, 3, 9, 7)
     with torch.no_grad():

@@ -8,37 +8,21 @@ import time
 
 import pytest
 import torch
+from common import TINY_ARCHS
 from torch import nn
 
+import iss.pruning
 from iss import archs, sparse, spmm
 from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
 
 RATIOS = (0.9, 0.95, 0.99)
-# Small constructor overrides per registered backbone (every registered arch needs one, see the test below).
-TINY = {
-    "swinir-light": dict(embed_dim=12, depths=(2, 2), num_heads=(2, 2)),
-    "edsr-l": dict(num_feat=16, num_block=2),
-    "edsr-baseline": dict(num_feat=16, num_block=2),
-    "cat-r": dict(
-        embed_dim=96, depth=(1,), num_heads=(2,), split_size_0=(4,), split_size_1=(16,), mlp_ratio=1.0
-    ),
-}
-
-
-def random_masks_(model: nn.Module, ratio: float, seed: int = 0) -> nn.Module:
-    """Zero exactly round(ratio * numel) random weights of every Conv2d/Linear."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                flat = m.weight.view(-1)
-                flat[torch.randperm(flat.numel(), generator=gen)[: round(ratio * flat.numel())]] = 0
-    return model
 
 
 def masked(module: nn.Module, ratio: float = 0.95, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    return random_masks_(module, ratio, seed).eval()
+    """``module`` freshly initialised with a random mask of exactly ``ceil(ratio * n)`` zeros per
+    Conv2d/Linear weight (the scratch pruner), in eval mode."""
+    iss.pruning.build("scratch", module, ratio, seed=seed)
+    return module.eval()
 
 
 @pytest.fixture(params=["c", "mkl"])
@@ -51,15 +35,11 @@ def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return request.param
 
 
-def test_every_backbone_has_a_tiny_config() -> None:
-    assert set(TINY) == set(archs.list_archs())
-
-
 @pytest.mark.parametrize("ratio", RATIOS)
-@pytest.mark.parametrize("name", sorted(TINY))
+@pytest.mark.parametrize("name", sorted(TINY_ARCHS))
 def test_backbone_sparse_equals_dense(name: str, ratio: float, kernels: str) -> None:
     torch.manual_seed(0)
-    model = masked(archs.build(name, 2, **TINY[name]), ratio)
+    model = masked(archs.build(name, 2, **TINY_ARCHS[name]), ratio)
     fast = sparsify(model, min_speedup=0.0)  # force the sparse kernels on every convertible layer
     x = torch.rand(1, 3, 13, 19)  # odd sizes: exercises the models' padding and the kernels' borders
     with torch.inference_mode():
@@ -91,10 +71,10 @@ def test_linear_matches_dense_on_any_leading_shape(kernels: str) -> None:
 
 
 def test_conv_reading_few_input_channels_gathers_them(kernels: str) -> None:
-    conv = nn.Conv2d(16, 3, 3, padding=1)
+    conv = masked(nn.Conv2d(16, 3, 3, padding=1), 0.5)
     with torch.no_grad():
         conv.weight[:, 4:] = 0  # only input channels 0-3 are read
-    layer = SparseConv2d(masked(conv, 0.5), sparse._Plan(min_speedup=0.0))
+    layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0))
     assert layer.channels is not None and len(layer.channels) <= 4
     x = torch.randn(1, 16, 7, 9)
     with torch.no_grad():
@@ -303,7 +283,7 @@ def test_forced_dense_keeps_outputs_and_drops_csr() -> None:
 
 def test_original_model_is_untouched() -> None:
     torch.manual_seed(0)
-    model = masked(archs.build("edsr-l", 2, **TINY["edsr-l"]), 0.95)
+    model = masked(archs.build("edsr-l", 2, **TINY_ARCHS["edsr-l"]), 0.95)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     fast = sparsify(model, min_speedup=0.0)
     with torch.inference_mode():

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
-from conftest import ROOT, TINY
+from common import ROOT, TINY
 
 from iss.ui import analysis, figures
 from iss.ui.recording import load_recording, load_state, save_recording, save_state
