@@ -107,6 +107,8 @@ class OffsetCSR:
     def build(cls, rowptr: Tensor, offsets: Tensor, values: Tensor) -> OffsetCSR:
         if offsets.numel() and not 0 <= offsets.min() <= offsets.max() < 2**31:
             raise ValueError("offsets must be in [0, 2**31)")
+        if rowptr.numel() < 1 or rowptr[0] != 0 or rowptr[-1] != offsets.numel() or (rowptr.diff() < 0).any():
+            raise ValueError("row pointers must rise from 0 to the number of offsets")
         reach = int(offsets.max()) + 1 if offsets.numel() else 0
         return cls(
             rowptr.to(torch.int32).contiguous(),
@@ -139,9 +141,9 @@ def conv_tiles(
     if image.numel() and image.storage_offset() + reach >= image.untyped_storage().nbytes() // 4:
         raise ValueError("conv_tiles: the input view reaches outside its storage")
     if out.shape != (cout, h, w) or rows.step != 1 or cols.step != 1:
-        raise ValueError(f"conv_tiless: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
+        raise ValueError(f"conv_tiles: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
     if not (0 <= rows.start <= rows.stop <= h and 0 <= cols.start <= cols.stop <= w):
-        raise ValueError(f"conv_tiless: rows {rows} or columns {cols} outside the {h}x{w} image")
+        raise ValueError(f"conv_tiles: rows {rows} or columns {cols} outside the {h}x{w} image")
     if tile_rows < 1 or ld < tw or plane < (tile_rows + 2 * p) * ld or buffer.numel() < cin * plane:
         raise ValueError("conv_tiles: buffer too small for these tiles")
     if weight.reach and weight.reach - 1 + (tile_rows - 1) * ld + len(cols) > buffer.numel():
@@ -151,8 +153,7 @@ def conv_tiles(
         and 0 <= channels.min() <= channels.max() < c
     ):  # fmt: skip
         raise ValueError("conv_tiles: bad channel list")
-    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
-        raise ValueError("conv_tiles needs a contiguous float32 bias with one entry per output channel")
+    _check_bias(bias, cout)
     if not rows or not cols:
         return
     lib.iss_conv_tiles(
@@ -185,8 +186,7 @@ def linear_tokens(
         raise ValueError("linear_tokens: buffer too small")
     if weight.reach > (cin - 1) * ld + 1:
         raise ValueError("linear_tokens: weights read outside the buffer")
-    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
-        raise ValueError("linear_tokens needs a contiguous float32 bias with one entry per output")
+    _check_bias(bias, cout)
     if not span:
         return
     lib.iss_linear_tokens(
@@ -194,6 +194,11 @@ def linear_tokens(
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
         0 if bias is None else bias.data_ptr(),
     )  # fmt: skip
+
+
+def _check_bias(bias: Tensor | None, cout: int) -> None:
+    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != cout or not bias.is_contiguous()):
+        raise ValueError("the kernels need a contiguous float32 bias with one entry per output channel")
 
 
 def _library() -> ctypes.CDLL:

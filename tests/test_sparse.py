@@ -168,6 +168,8 @@ def test_c_kernel_wrappers_refuse_out_of_bounds_access() -> None:
     if spmm.load() is None:
         pytest.skip("no C compiler")
     weights = spmm.OffsetCSR.build(torch.tensor([0, 1, 2]), torch.tensor([0, 8]), torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="row pointers"):  # would read past the last value
+        spmm.OffsetCSR.build(torch.tensor([0, 1, 3]), torch.tensor([0, 8]), torch.tensor([1.0, 2.0]))
     tokens, out, buffer = torch.arange(10.0).view(5, 2), torch.zeros(5, 2), torch.empty(32)
     spmm.linear_tokens(out, tokens, weights, torch.tensor([0.5, 0.0]), span=range(5), buffer=buffer, ld=8)
     assert out.tolist() == [[t * 2 + 0.5, 2 * (t * 2 + 1)] for t in range(5)]  # y0 = x0 + .5, y1 = 2 x1
