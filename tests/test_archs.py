@@ -82,7 +82,14 @@ def test_forward_any_size(name: str, scale: int) -> None:
 def test_backward_reaches_every_parameter(name: str) -> None:
     model = tiny(name, 2).train()
     model(torch.rand(2, 3, 9, 10)).abs().mean().backward()
-    missing = [k for k, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()]
+    # CAT's position-bias MLP ends in a bias that adds one constant to every logit of a head: softmax
+    # ignores it, so its gradient is zero up to rounding (sometimes exactly). It must still get a gradient.
+    shift_invariant = {k for k, _ in model.named_parameters() if k.endswith("pos.pos3.2.bias")}
+    missing = [
+        k
+        for k, p in model.named_parameters()
+        if p.grad is None or (k not in shift_invariant and not p.grad.abs().sum())
+    ]
     assert not missing
 
 
