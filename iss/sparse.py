@@ -152,6 +152,27 @@ def _run_chunks(
         list(_pool(threads).map(run, jobs))
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """What a conv does to its output in the same pass: ``(relu(y) if relu else y) * scale + residual``
+    (EDSR's ReLU after conv1 and ``x + conv2(...) * res_scale``), saving a pass over the activations."""
+
+    relu: bool = False
+    scale: float = 1.0
+    residual: Tensor | None = None
+
+    def apply(self, y: Tensor) -> Tensor:
+        """The same with torch ops on a finished output ``y`` (modified in place)."""
+        if self.relu:
+            y = F.relu_(y)
+        if self.residual is not None:
+            return torch.add(self.residual, y, alpha=self.scale)
+        return y if self.scale == 1 else y.mul_(self.scale)
+
+
+PLAIN = Epilogue()
+
+
 @dataclass
 class _Plan:
     """Crossover settings and decisions shared by the layers of one :func:`sparsify` call."""
@@ -188,6 +209,9 @@ class _SparseBase(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Run the faster kernel (deciding which on the first call)."""
+        return self._forward(x, PLAIN)
+
+    def _forward(self, x: Tensor, epilogue: Epilogue) -> Tensor:
         if x.device.type != "cpu":
             raise ValueError(
                 f"sparse kernels run on CPU only, got a {x.device.type} input: use the dense model"
@@ -197,8 +221,8 @@ class _SparseBase(nn.Module):
         if self.mode == "undecided":
             self._decide((*self._signature(x), round(self.zeros, 3), x.dtype, torch.get_num_threads()), x)
         if self.mode == "dense":
-            return self._dense_forward(x, self._weight)
-        return self._sparse_forward(x)
+            return epilogue.apply(self._dense_forward(x, self._weight))
+        return self._sparse_forward(x, epilogue)
 
     def _decide(self, key: tuple, x: Tensor) -> None:
         """Time dense vs sparse on ``x`` (or reuse a twin layer's result); drop the losing representation."""
@@ -208,7 +232,7 @@ class _SparseBase(nn.Module):
             return self.dense_weight().to(x.dtype)
 
         use_sparse = self._plan.use_sparse(
-            key, lambda: self._dense_forward(x, weight()), lambda: self._sparse_forward(x)
+            key, lambda: self._dense_forward(x, weight()), lambda: self._sparse_forward(x, PLAIN)
         )
         self.mode = "sparse" if use_sparse else "dense"
         if self.mode == "dense":
@@ -228,7 +252,7 @@ class _SparseBase(nn.Module):
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def _sparse_forward(self, x: Tensor) -> Tensor:
+    def _sparse_forward(self, x: Tensor, epilogue: Epilogue) -> Tensor:
         raise NotImplementedError
 
     def _drop_sparse(self) -> None:
@@ -255,6 +279,12 @@ class SparseConv2d(_SparseBase):
         self.csr: Tensor | None = _to_csr(weight.reshape(self.out_channels, -1))  # column = channel*k*k + tap
         self._offsets: tuple[tuple[int, int], spmm.OffsetCSR] | None = None  # C kernel: (plane, ld), weights
         self._taps: list[tuple[int, Tensor]] | None = None  # MKL path: (tap, CSR [out, in]) per non-empty tap
+
+    def forward(
+        self, x: Tensor, *, relu: bool = False, scale: float = 1.0, residual: Tensor | None = None
+    ) -> Tensor:
+        """``(relu(conv(x)) if relu else conv(x)) * scale + residual``, fused into the C kernel."""
+        return self._forward(x, Epilogue(relu, scale, residual))
 
     def dense_weight(self) -> Tensor:
         """The dense [out, in, k, k] weight (rebuilt from the CSR)."""
@@ -293,7 +323,7 @@ class SparseConv2d(_SparseBase):
             self._taps = [(t, _to_csr(dense[:, :, t])) for t in range(kk) if dense[:, :, t].any()]
         return self._taps
 
-    def _sparse_forward(self, x: Tensor) -> Tensor:
+    def _sparse_forward(self, x: Tensor, epilogue: Epilogue) -> Tensor:
         """Sparse conv over chunks of output rows, each reading its input rows from a small padded buffer.
 
         Per tile of output rows (and columns), the input it reads is copied zero-padded into a reused buffer
@@ -305,14 +335,18 @@ class SparseConv2d(_SparseBase):
         out = x.new_empty(n, self.out_channels, h, w)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         if self.csr.values().numel() == 0:  # all weights are zero
-            return _fill_bias(out.view(n, self.out_channels, -1), _column(bias)).view_as(out)
+            return epilogue.apply(_fill_bias(out.view(n, self.out_channels, -1), _column(bias)).view_as(out))
+        residual = epilogue.residual
+        if _native(x) and (residual is None or (residual.is_contiguous() and residual.shape == out.shape)):
+            self._native_forward(x, out, bias, epilogue)
+            return out
         if _native(x):
-            self._native_forward(x, out, bias)
+            self._native_forward(x, out, bias, PLAIN)
         else:
             self._mkl_forward(x, out, bias)
-        return out
+        return epilogue.apply(out)
 
-    def _native_forward(self, x: Tensor, out: Tensor, bias: Tensor | None) -> None:
+    def _native_forward(self, x: Tensor, out: Tensor, bias: Tensor | None, epilogue: Epilogue) -> None:
         """C kernel over tiles of at most ``TILE_COLS`` columns and enough rows to fill its input buffer."""
         n, _, h, w = x.shape
         k, p = self.kernel_size, self.kernel_size // 2
@@ -328,11 +362,14 @@ class SparseConv2d(_SparseBase):
         plane = (cache_rows + 2 * p) * ld  # not from rows: the weights' offsets then depend on the width only
         weights = self._offset_csr(plane, ld)
 
+        residual = epilogue.residual
+
         def job(start: tuple[int, int, int], buffers: list[Tensor]) -> None:
             i, r0, c0 = start
             spmm.conv_tiles(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, min(h, r0 + job_rows)),
                             cols=range(c0, min(w, c0 + cols)), tile_rows=rows, buffer=buffers[0], plane=plane,
-                            ld=ld, channels=self.channels)  # fmt: skip
+                            ld=ld, channels=self.channels, relu=epilogue.relu, scale=epilogue.scale,
+                            residual=None if residual is None else residual[i])  # fmt: skip
 
         starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
         work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing
@@ -423,11 +460,11 @@ class SparseLinear(_SparseBase):
             self._offsets = ld, spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
         return self._offsets[1]
 
-    def _sparse_forward(self, x: Tensor) -> Tensor:
+    def _sparse_forward(self, x: Tensor, epilogue: Epilogue) -> Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
         if _native(x):
-            return self._native_forward(x, bias)
-        return self._mkl_forward(x, bias)
+            return epilogue.apply(self._native_forward(x, bias))
+        return epilogue.apply(self._mkl_forward(x, bias))
 
     def _native_forward(self, x: Tensor, bias: Tensor | None) -> Tensor:
         """C kernel over chunks of tokens, transposed to channel-major and back inside it (in cache)."""

@@ -1,8 +1,9 @@
-"""The compiled sparse x dense kernel behind :mod:`iss.sparse`: built once with the system C compiler.
+"""The compiled kernels behind :mod:`iss.sparse`: built once with the system C compiler.
 
-``csrc/spmm.c`` is plain C (no Python or torch headers), so it compiles in about a second with ``cc`` and is
+``csrc/*.c`` is plain C (no Python or torch headers): ``spmm.c`` the sparse x dense product for convs and
+Linears, ``swin.c`` whole Swin transformer blocks per window. It compiles in a few seconds with ``cc`` and is
 called through :mod:`ctypes`, which releases the GIL for the call. The shared library is cached under
-``$ISS_CACHE_DIR/kernels`` keyed by the source, the compiler and the CPU, and built for the local CPU
+``$ISS_CACHE_DIR/kernels`` keyed by the sources, the compiler and the CPU, and built for the local CPU
 (``-march=native``). Without a working compiler, or with ``ISS_NATIVE=0``, :func:`load` returns None and
 :mod:`iss.sparse` falls back to its pure-PyTorch path (MKL's CSR product), which gives the same results.
 """
@@ -26,9 +27,11 @@ from torch import Tensor
 
 from .data import cache_dir
 
-__all__ = ["OffsetCSR", "conv_tiles", "linear_tokens", "load"]
+__all__ = ["OffsetCSR", "SwinBlock", "conv_tiles", "lanes", "linear_tokens", "load", "swin_windows"]
 
-SOURCE = Path(__file__).with_name("csrc") / "spmm.c"
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = (CSRC / "spmm.c", CSRC / "swin.c")
+HEADERS = (CSRC / "kernels.h",)
 FLAGS = (["-O3", "-march=native"], ["-O3"])  # the second for compilers or CPUs without -march=native
 
 
@@ -47,13 +50,13 @@ def _compiler() -> str | None:
 
 
 def _build(target: Path, compiler: str) -> None:
-    """Compile ``SOURCE`` into ``target`` (atomically: concurrent builders each write their own temp file)."""
+    """Compile ``SOURCES`` into ``target`` (atomically: concurrent builders write their own temp files)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []
     for flags in FLAGS:
         with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
             temp = Path(tmp.name)
-        cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(temp), str(SOURCE)]
+        cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(temp), *map(str, SOURCES), "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode == 0:
             os.replace(temp, target)
@@ -66,8 +69,8 @@ def _build(target: Path, compiler: str) -> None:
 
 @functools.cache
 def load() -> ctypes.CDLL | None:
-    """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``), built on first use; None (with a
-    warning) when it cannot be built."""
+    """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``, ``iss_swin_windows``), built on
+    first use; None (with a warning) when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
     compiler = _compiler()
@@ -77,7 +80,8 @@ def load() -> ctypes.CDLL | None:
         )
         return None
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(SOURCE.read_bytes() + version.encode() + _cpu_id().encode()).hexdigest()[:16]
+    code = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
+    key = hashlib.sha256(code + version.encode() + _cpu_id().encode()).hexdigest()[:16]
     target = cache_dir() / "kernels" / f"spmm-{key}.so"
     try:
         if not target.exists():
@@ -86,11 +90,30 @@ def load() -> ctypes.CDLL | None:
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
         warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
         return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.iss_conv_tiles.argtypes = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 3, ptr, ptr, ptr, ptr]
+    i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+    lib.iss_conv_tiles.argtypes = [
+        ptr,
+        ptr,
+        *[i64] * 3,
+        ptr,
+        *[i64] * 9,
+        ptr,
+        *[i64] * 3,
+        *[ptr] * 4,
+        i64,
+        f32,
+        ptr,
+    ]
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
-    lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = None
+    lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr]
+    lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
+    lib.iss_lanes.restype = ctypes.c_int
     return lib
+
+
+def lanes() -> int:
+    """Floats per vector of the compiled kernels (16 with AVX-512, 8 with AVX2, else 4)."""
+    return _library().iss_lanes()
 
 
 @dataclass(frozen=True)
@@ -121,13 +144,15 @@ class OffsetCSR:
 def conv_tiles(
     out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
     cols: range, tile_rows: int, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
+    relu: bool = False, scale: float = 1.0, residual: Tensor | None = None,
 ) -> None:  # fmt: skip
     """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] (any strides) into
-    contiguous ``out``.
+    contiguous ``out``, then ``(relu(out) if relu else out) * scale + residual`` in the same pass.
 
     ``tile_rows`` rows at a time, the input they read is zero-padded into ``buffer`` (``plane`` floats per
     used input channel, in rows ``ld`` apart: the layout ``weight``'s offsets were computed for) and
-    multiplied there, in C; ``channels`` lists the input channels used (None: all).
+    multiplied there, in C; ``channels`` lists the input channels used (None: all); ``residual`` (None, or
+    contiguous float32 shaped like ``out``) is added at the end.
     """
     lib = _library()
     p = kernel_size // 2
@@ -153,6 +178,10 @@ def conv_tiles(
         and 0 <= channels.min() <= channels.max() < c
     ):  # fmt: skip
         raise ValueError("conv_tiles: bad channel list")
+    if residual is not None and not (
+        residual.dtype == torch.float32 and residual.is_contiguous() and residual.shape == out.shape
+    ):  # fmt: skip
+        raise ValueError("conv_tiles: the residual must be contiguous float32 shaped like the output")
     _check_bias(bias, cout)
     if not rows or not cols:
         return
@@ -161,7 +190,7 @@ def conv_tiles(
         cin, h, w, p,
         rows.start, rows.stop, cols.start, cols.stop, tile_rows, buffer.data_ptr(), plane, ld, cout,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
-        0 if bias is None else bias.data_ptr(),
+        0 if bias is None else bias.data_ptr(), int(relu), scale, _ptr(residual),
     )  # fmt: skip
 
 
@@ -194,6 +223,121 @@ def linear_tokens(
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
         0 if bias is None else bias.data_ptr(),
     )  # fmt: skip
+
+
+class _CSRC(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("rowptr", "off", "val", "bias")]
+
+
+class _SwinBlockC(ctypes.Structure):
+    _fields_ = [
+        *[(name, ctypes.c_int64) for name in ("h", "w", "c", "ws", "shift", "heads", "hidden")],
+        *[(name, ctypes.c_void_p) for name in ("norm1_w", "norm1_b", "norm2_w", "norm2_b")],
+        ("eps1", ctypes.c_float),
+        ("eps2", ctypes.c_float),
+        *[(name, _CSRC) for name in ("qkv", "proj", "fc1", "fc2")],
+        ("position_bias", ctypes.c_void_p),
+        ("mask", ctypes.c_void_p),
+    ]
+
+
+@dataclass(frozen=True)
+class SwinBlock:
+    """A Swin transformer block's weights as ``iss_swin_windows`` reads them (see ``csrc/swin.c``).
+
+    The Linears are CSR with offsets ``input channel * window_size**2`` (channel-major window buffers), the
+    qkv query rows pre-scaled by ``head_dim**-0.5``; ``position_bias`` is [heads, N, N] transposed
+    ([head, key, query]); norms are (weight, bias, eps).
+    """
+
+    window_size: int
+    shift: int
+    heads: int
+    norm1: tuple[Tensor, Tensor, float]
+    norm2: tuple[Tensor, Tensor, float]
+    linears: tuple[tuple[OffsetCSR, Tensor | None], ...]  # qkv, proj, fc1, fc2
+    position_bias: Tensor
+
+    @property
+    def channels(self) -> int:
+        return self.norm1[0].numel()
+
+    @property
+    def hidden(self) -> int:
+        return self.linears[2][0].rowptr.numel() - 1
+
+    def buffer_size(self) -> int:
+        """Floats of scratch one thread needs (one window, channel-major, plus one score row per key)."""
+        n = self.window_size**2
+        return n * (7 * self.channels + self.hidden + lanes())
+
+    def check(self) -> None:
+        """Raise ValueError unless every tensor fits the shapes the C code assumes."""
+        c, n, hidden = self.channels, self.window_size**2, self.hidden
+        if n % lanes() or c % self.heads:
+            raise ValueError(f"swin block: need a window area ({n}) that is a multiple of {lanes()}")
+        for g, b, _eps in (self.norm1, self.norm2):
+            _check_floats(g, c, "norm weight")
+            _check_floats(b, c, "norm bias")
+        for (weight, bias), (rows, cin) in zip(
+            self.linears, ((3 * c, c), (c, c), (hidden, c), (c, hidden)), strict=True
+        ):
+            if weight.rowptr.numel() != rows + 1 or weight.reach > (cin - 1) * n + 1:
+                raise ValueError("swin block: a Linear's weights do not fit its window buffers")
+            _check_bias(bias, rows)
+        if self.position_bias.shape != (self.heads, n, n):
+            raise ValueError(f"swin block: position bias must be ({self.heads}, {n}, {n})")
+        _check_floats(self.position_bias.flatten(), self.heads * n * n, "position bias")
+
+    def _struct(self, h: int, w: int, mask: Tensor | None) -> _SwinBlockC:
+        (g1, b1, eps1), (g2, b2, eps2) = self.norm1, self.norm2
+        linears = [_CSRC(w.rowptr.data_ptr(), w.offsets.data_ptr(), w.values.data_ptr(), _ptr(b))
+                   for w, b in self.linears]  # fmt: skip
+        return _SwinBlockC(
+            h, w, self.channels, self.window_size, self.shift, self.heads, self.hidden,
+            g1.data_ptr(), b1.data_ptr(), g2.data_ptr(), b2.data_ptr(), eps1, eps2, *linears,
+            self.position_bias.data_ptr(), _ptr(mask),
+        )  # fmt: skip
+
+
+def swin_windows(
+    out: Tensor, tokens: Tensor, block: SwinBlock, *, size: tuple[int, int], mask: Tensor | None,
+    windows: range, buffer: Tensor,
+) -> None:  # fmt: skip
+    """Windows ``windows`` (row-major) of one Swin block on one image: ``tokens`` and ``out`` are [H*W, C]
+    token-major, ``size`` is (H, W), multiples of the window; ``mask`` the shifted-window mask
+    [windows, N, N] transposed (None for an unshifted block). ``block`` must have passed ``check()``."""
+    lib = _library()
+    (h, w), ws, c = size, block.window_size, block.channels
+    count, n = (h // ws) * (w // ws), ws * ws
+    if h % ws or w % ws or tokens.shape != (h * w, c) or out.shape != tokens.shape:
+        raise ValueError(f"swin_windows: tokens {tuple(tokens.shape)} do not fit {size} x {c} channels")
+    if not all(t.dtype == torch.float32 and t.is_contiguous() for t in (out, tokens, buffer)):
+        raise ValueError("swin_windows needs contiguous float32 tensors")
+    if out.data_ptr() == tokens.data_ptr() or buffer.numel() < block.buffer_size():
+        raise ValueError("swin_windows: output must differ from the input, and the buffer hold one window")
+    if windows.step != 1 or not 0 <= windows.start <= windows.stop <= count:
+        raise ValueError(f"swin_windows: windows {windows} outside 0..{count}")
+    if (mask is None) != (block.shift == 0) or (mask is not None and mask.shape != (count, n, n)):
+        raise ValueError("swin_windows: a shifted block needs its (windows, N, N) mask, an unshifted none")
+    if mask is not None:
+        _check_floats(mask.flatten(), count * n * n, "mask")
+    if not windows:
+        return
+    struct = block._struct(h, w, mask)
+    lib.iss_swin_windows(
+        out.data_ptr(), tokens.data_ptr(), ctypes.byref(struct), windows.start, windows.stop,
+        buffer.data_ptr(),
+    )  # fmt: skip
+
+
+def _ptr(tensor: Tensor | None) -> int:
+    return 0 if tensor is None else tensor.data_ptr()
+
+
+def _check_floats(tensor: Tensor, numel: int, what: str) -> None:
+    if tensor.dtype != torch.float32 or tensor.numel() != numel or not tensor.is_contiguous():
+        raise ValueError(f"the kernels need a contiguous float32 {what} of {numel} entries")
 
 
 def _check_bias(bias: Tensor | None, cout: int) -> None:

@@ -232,9 +232,9 @@ def test_layer_where_sparse_is_slower_falls_back(monkeypatch: pytest.MonkeyPatch
     conv = masked(nn.Conv2d(8, 8, 3, padding=1), 0.99)
     slow_kernel = SparseConv2d._sparse_forward
 
-    def slowed(self: SparseConv2d, x: torch.Tensor) -> torch.Tensor:
+    def slowed(self: SparseConv2d, x: torch.Tensor, epilogue: sparse.Epilogue) -> torch.Tensor:
         time.sleep(0.1)
-        return slow_kernel(self, x)
+        return slow_kernel(self, x, epilogue)
 
     monkeypatch.setattr(SparseConv2d, "_sparse_forward", slowed)
     fast = sparsify(nn.Sequential(conv), min_speedup=1.0)

@@ -1,0 +1,160 @@
+/* A whole Swin transformer block (SwinIR's SwinTransformerBlock, inference) per attention window, in one
+ * pass: gather the window's tokens (cyclic shift folded into the indexing), LayerNorm, sparse qkv, per-head
+ * softmax(q k^T + position bias + mask) v, sparse proj, residual, LayerNorm, sparse fc1, GELU, sparse fc2,
+ * residual, scatter back. The window (64 tokens x 60 channels for SwinIR-light) stays channel-major in a
+ * buffer that fits a core's L2 cache, so the block reads and writes its tokens once instead of ~15 times
+ * for PyTorch's op-by-op execution, and no (windows x heads x N x N) attention tensor is ever stored. */
+#include <math.h>
+
+#include "kernels.h"
+
+typedef struct {
+    const int32_t *rowptr, *off; /* CSR with offsets = input channel * N (channel-major, N tokens) */
+    const float *val, *bias;
+} csr;
+
+typedef struct {
+    int64_t h, w, c, ws, shift, heads, hidden;
+    const float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
+    float eps1, eps2;
+    csr qkv, proj, fc1, fc2;    /* qkv's query rows (weights and bias) pre-multiplied by head_dim^-0.5 */
+    const float *position_bias; /* [heads][N][N], transposed: [h][key][query] */
+    const float *mask;          /* NULL or [windows][N][N], transposed likewise */
+} swin_block;
+
+/* exp(x), Cephes' single-precision polynomial (relative error ~1e-7); x <= 88. */
+static inline vec vexp(vec x)
+{
+    x = vmax(vmin(x, splat(88.3762626647949f)), splat(-87.3365447504f));
+    vec fx = x * 1.44269504088896341f;
+    fx = (fx + 12582912.0f) - 12582912.0f; /* round to nearest */
+    x = x - fx * 0.693359375f + fx * 2.12194440e-4f;
+    vec y = splat(1.9875691500e-4f);
+    y = y * x + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * (x * x) + x + 1.0f;
+    const ivec n = __builtin_convertvector(fx, ivec);
+    return y * (vec)((n + 127) << 23);
+}
+
+/* Exact (erf) GELU, x * (1 + erf(x / sqrt 2)) / 2, with Abramowitz & Stegun 7.1.26 for erf (abs. error
+ * < 1.5e-7, the formula PyTorch's vectorized erf uses). */
+static inline vec gelu(vec x)
+{
+    const vec u = x * 0.70710678118654752f;
+    const ivec sign = (ivec)u & (int32_t)0x80000000;
+    const vec z = (vec)((ivec)u & 0x7fffffff);
+    const vec t = 1.0f / (1.0f + 0.3275911f * z);
+    vec p = splat(1.061405429f);
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    const vec e = 1.0f - p * t * vexp(-z * z);
+    return 0.5f * x * (1.0f + (vec)((ivec)e | sign));
+}
+
+/* LayerNorm over the c channels of each of n tokens, channel-major (rows n apart). */
+static void layer_norm(float *dst, const float *src, int64_t c, int64_t n, const float *g, const float *b,
+                       float eps)
+{
+    for (int64_t t = 0; t < n; t += LANES) {
+        vec mean = {0}, var = {0};
+        for (int64_t ch = 0; ch < c; ch++) mean += load(src + ch * n + t);
+        mean /= (float)c;
+        for (int64_t ch = 0; ch < c; ch++) {
+            const vec d = load(src + ch * n + t) - mean;
+            var += d * d;
+        }
+        var /= (float)c;
+        vec rstd;
+        for (int l = 0; l < LANES; l++) rstd[l] = 1.0f / sqrtf(var[l] + eps);
+        for (int64_t ch = 0; ch < c; ch++)
+            store(dst + ch * n + t, (load(src + ch * n + t) - mean) * rstd * g[ch] + b[ch]);
+    }
+}
+
+/* softmax(q k^T + bias) v for one head of one window: q, k, v are [d][n] channel-major rows, bias
+ * (+ mask) [n][n] transposed; out [d][n]. Queries run in vector lanes, so the softmax over keys is
+ * element-wise across the `scores` rows [n][LANES]. */
+static void attend(float *out, const float *q, const float *k, const float *v, int64_t d, int64_t n,
+                   const float *bias, const float *mask, vec *scores)
+{
+    for (int64_t i = 0; i < n; i += LANES) {
+        vec top = splat(-INFINITY);
+        for (int64_t j = 0; j < n; j++) {
+            vec s = load(bias + j * n + i);
+            if (mask) s += load(mask + j * n + i);
+            for (int64_t e = 0; e < d; e++) s += k[e * n + j] * load(q + e * n + i);
+            scores[j] = s;
+            top = vmax(top, s);
+        }
+        vec sum = {0};
+        for (int64_t j = 0; j < n; j++) {
+            scores[j] = vexp(scores[j] - top);
+            sum += scores[j];
+        }
+        const vec inv = 1.0f / sum;
+        int64_t e = 0;
+        for (; e + 4 <= d; e += 4) {
+            vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t j = 0; j < n; j++) {
+                const vec p = scores[j];
+                a0 += v[e * n + j] * p;
+                a1 += v[(e + 1) * n + j] * p;
+                a2 += v[(e + 2) * n + j] * p;
+                a3 += v[(e + 3) * n + j] * p;
+            }
+            store(out + e * n + i, a0 * inv);
+            store(out + (e + 1) * n + i, a1 * inv);
+            store(out + (e + 2) * n + i, a2 * inv);
+            store(out + (e + 3) * n + i, a3 * inv);
+        }
+        for (; e < d; e++) {
+            vec a = {0};
+            for (int64_t j = 0; j < n; j++) a += v[e * n + j] * scores[j];
+            store(out + e * n + i, a * inv);
+        }
+    }
+}
+
+static void linear(float *out, const float *in, int64_t cout, int64_t n, const csr *wt, const float *res)
+{
+    const epilogue ep = {0, 1.0f, res};
+    iss_spmm(out, n, 0, in, 0, 1, n, cout, wt->rowptr, wt->off, wt->val, wt->bias, ep);
+}
+
+/* Windows [w0, w1) (row-major window order) of one image: in and out are token-major [h*w][c] (different
+ * tensors). `buf` holds n * (7c + hidden + LANES) floats, n = ws * ws (a multiple of LANES). */
+void iss_swin_windows(float *out, const float *in, const swin_block *b, int64_t w0, int64_t w1, float *buf)
+{
+    const int64_t c = b->c, n = b->ws * b->ws, d = c / b->heads, across = b->w / b->ws;
+    float *x = buf, *t = x + c * n, *qkv = t + c * n, *o = qkv + 3 * c * n, *hid = o + c * n;
+    vec *scores = (vec *)(hid + b->hidden * n); /* n vectors; memcpy-based loads keep this alignment-free */
+    int64_t token[n];
+    for (int64_t wi = w0; wi < w1; wi++) {
+        const int64_t wy = wi / across * b->ws, wx = wi % across * b->ws;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t y = (wy + i / b->ws + b->shift) % b->h, xx = (wx + i % b->ws + b->shift) % b->w;
+            token[i] = y * b->w + xx;
+            for (int64_t ch = 0; ch < c; ch++) x[ch * n + i] = in[token[i] * c + ch];
+        }
+        layer_norm(t, x, c, n, b->norm1_w, b->norm1_b, b->eps1);
+        linear(qkv, t, 3 * c, n, &b->qkv, NULL);
+        for (int64_t hh = 0; hh < b->heads; hh++) {
+            const float *q = qkv + hh * d * n;
+            attend(o + hh * d * n, q, q + c * n, q + 2 * c * n, d, n, b->position_bias + hh * n * n,
+                   b->mask ? b->mask + wi * n * n : NULL, scores);
+        }
+        linear(x, o, c, n, &b->proj, x); /* x += proj(o), in place: each output reads only its own input */
+        layer_norm(t, x, c, n, b->norm2_w, b->norm2_b, b->eps2);
+        linear(hid, t, b->hidden, n, &b->fc1, NULL);
+        for (int64_t k = 0; k < b->hidden * n; k += LANES) store(hid + k, gelu(load(hid + k)));
+        linear(x, hid, c, n, &b->fc2, x);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t ch = 0; ch < c; ch++) out[token[i] * c + ch] = x[ch * n + i];
+    }
+}
