@@ -559,7 +559,12 @@ def _candidates(model: nn.Module, min_zeros: float) -> list[tuple[nn.Module, str
 
 
 def sparsify(
-    model: nn.Module, *, min_speedup: float = 1.0, threads: int | None = None, min_zeros: float = MIN_ZEROS
+    model: nn.Module,
+    *,
+    min_speedup: float = 1.0,
+    threads: int | None = None,
+    min_zeros: float = MIN_ZEROS,
+    fuse: bool = True,
 ) -> nn.Module:
     """Copy of ``model`` whose mostly-zero Conv2d/Linear layers run sparse kernels where measured faster.
 
@@ -570,6 +575,8 @@ def sparsify(
             (0: always sparse; ``math.inf``: always dense).
         threads: thread count to time the kernels with (default: torch's setting at the first call).
         min_zeros: layers with a smaller zero fraction stay plain ``nn.Conv2d`` / ``nn.Linear``.
+        fuse: also run whole blocks made of sparse layers in one pass where the compiled kernels know them
+            (EDSR residual blocks, Swin transformer blocks: see :mod:`iss.fused`).
 
     The result is for CPU inference (``torch.inference_mode()``); its first forward is slower since it times
     each distinct layer once. ``layer_modes(result)`` says what each layer chose.
@@ -586,6 +593,10 @@ def sparsify(
     for parent, name, layer in _candidates(result, min_zeros):
         cls = SparseLinear if isinstance(layer, nn.Linear) else SparseConv2d
         setattr(parent, name, cls(layer, plan))
+    if fuse:
+        from .fused import fuse as fuse_blocks  # it builds on the layers above
+
+        fuse_blocks(result, plan)
     return result.eval()
 
 

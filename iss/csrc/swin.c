@@ -77,6 +77,48 @@ static void layer_norm(float *dst, const float *src, int64_t c, int64_t n, const
     }
 }
 
+/* Rows [j, j + count) of the transposed scores for queries [i, i + LANES): bias (+ mask) + k q^T. `count`
+ * is a constant after inlining, so the accumulators stay in registers and the d-long sums run in parallel. */
+static inline __attribute__((always_inline)) void scores_block(vec *scores, const float *q, const float *k,
+                                                               int64_t d, int64_t n, int64_t i, int64_t j,
+                                                               const float *bias, const float *mask,
+                                                               const int count)
+{
+    vec acc[8];
+    for (int r = 0; r < count; r++) {
+        acc[r] = load(bias + (j + r) * n + i);
+        if (mask) acc[r] += load(mask + (j + r) * n + i);
+    }
+    for (int64_t e = 0; e < d; e++) {
+        const vec qe = load(q + e * n + i);
+        for (int r = 0; r < count; r++) acc[r] += k[e * n + j + r] * qe;
+    }
+    for (int r = 0; r < count; r++) scores[j + r] = acc[r];
+}
+
+/* Output channels [e, e + count) for queries [i, i + LANES): sum over keys of v * probabilities, / sum. */
+static inline __attribute__((always_inline)) void values_block(float *out, const float *v, const vec *p,
+                                                               int64_t n, int64_t i, int64_t e, vec inv,
+                                                               const int count)
+{
+    vec acc[8] = {{0}};
+    for (int64_t j = 0; j < n; j++)
+        for (int r = 0; r < count; r++) acc[r] += v[(e + r) * n + j] * p[j];
+    for (int r = 0; r < count; r++) store(out + (e + r) * n + i, acc[r] * inv);
+}
+
+#define BY_COUNT(call, left) /* call(count) with count = min(left, 8), a constant in each branch */ \
+    switch ((left) < 8 ? (left) : 8) {                                                          \
+    case 1: call(1); break;                                                                     \
+    case 2: call(2); break;                                                                     \
+    case 3: call(3); break;                                                                     \
+    case 4: call(4); break;                                                                     \
+    case 5: call(5); break;                                                                     \
+    case 6: call(6); break;                                                                     \
+    case 7: call(7); break;                                                                     \
+    default: call(8); break;                                                                    \
+    }
+
 /* softmax(q k^T + bias) v for one head of one window: q, k, v are [d][n] channel-major rows, bias
  * (+ mask) [n][n] transposed; out [d][n]. Queries run in vector lanes, so the softmax over keys is
  * element-wise across the `scores` rows [n][LANES]. */
@@ -84,39 +126,27 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
                    const float *bias, const float *mask, vec *scores)
 {
     for (int64_t i = 0; i < n; i += LANES) {
-        vec top = splat(-INFINITY);
-        for (int64_t j = 0; j < n; j++) {
-            vec s = load(bias + j * n + i);
-            if (mask) s += load(mask + j * n + i);
-            for (int64_t e = 0; e < d; e++) s += k[e * n + j] * load(q + e * n + i);
-            scores[j] = s;
-            top = vmax(top, s);
+        for (int64_t j = 0; j < n;) {
+            const int64_t left = n - j;
+#define SCORES(count) (scores_block(scores, q, k, d, n, i, j, bias, mask, count), j += count)
+            BY_COUNT(SCORES, left)
+#undef SCORES
         }
+        vec top = scores[0];
+        for (int64_t j = 1; j < n; j++) top = vmax(top, scores[j]);
         vec sum = {0};
         for (int64_t j = 0; j < n; j++) {
             scores[j] = vexp(scores[j] - top);
             sum += scores[j];
         }
         const vec inv = 1.0f / sum;
-        int64_t e = 0;
-        for (; e + 4 <= d; e += 4) {
-            vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int64_t j = 0; j < n; j++) {
-                const vec p = scores[j];
-                a0 += v[e * n + j] * p;
-                a1 += v[(e + 1) * n + j] * p;
-                a2 += v[(e + 2) * n + j] * p;
-                a3 += v[(e + 3) * n + j] * p;
-            }
-            store(out + e * n + i, a0 * inv);
-            store(out + (e + 1) * n + i, a1 * inv);
-            store(out + (e + 2) * n + i, a2 * inv);
-            store(out + (e + 3) * n + i, a3 * inv);
-        }
-        for (; e < d; e++) {
-            vec a = {0};
-            for (int64_t j = 0; j < n; j++) a += v[e * n + j] * scores[j];
-            store(out + e * n + i, a * inv);
+        for (int64_t e = 0; e < d;) {
+            const int64_t left = d - e;
+            /* 10 = 5 + 5 rather than 8 + 1 + 1: single sums are latency-bound */
+            const int64_t even = left > 8 && left < 16 ? (left + 1) / 2 : left;
+#define VALUES(count) (values_block(out, v, scores, n, i, e, inv, count), e += count)
+            BY_COUNT(VALUES, even)
+#undef VALUES
         }
     }
 }
