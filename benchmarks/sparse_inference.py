@@ -70,10 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def build(arch: str, scale: int, ratio: float, seed: int) -> nn.Module:
-    """Random-init ``arch`` with random per-layer masks of ``ratio`` (0: dense), in eval mode."""
+def build(arch: str, scale: int, ratio: float, seed: int, **overrides) -> nn.Module:
+    """Random-init ``arch`` (constructor ``overrides``) with random per-layer masks of ``ratio`` (0: dense),
+    in eval mode."""
     torch.manual_seed(seed)
-    model = iss.archs.build(arch, scale)
+    model = iss.archs.build(arch, scale, **overrides)
     if ratio > 0:
         iss.pruning.build("scratch", model, ratio, seed=seed)
     return model.eval()

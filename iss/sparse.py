@@ -40,7 +40,16 @@ from torch import Tensor, nn
 
 from . import spmm
 
-__all__ = ["SparseConv2d", "SparseLinear", "is_convertible", "layer_modes", "sparsify", "zero_fraction"]
+__all__ = [
+    "Epilogue",
+    "SparseConv2d",
+    "SparseLinear",
+    "is_convertible",
+    "layer_modes",
+    "sparse_path",
+    "sparsify",
+    "zero_fraction",
+]
 
 MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
 ACC_BYTES = 2 << 20  # MKL path: conv output chunk, kept in cache across the taps (best of 1-8 MiB on Zen 4)
@@ -601,5 +610,26 @@ def sparsify(
 
 
 def layer_modes(model: nn.Module) -> dict[str, str]:
-    """Name -> "sparse" / "dense" / "undecided" for every sparse layer of a :func:`sparsify`-ed model."""
-    return {name: m.mode for name, m in model.named_modules() if isinstance(m, _SparseBase)}
+    """Name -> mode of every sparse layer ("sparse" / "dense" / "undecided") and fused Swin block ("fused" /
+    "layers" / "undecided") of a :func:`sparsify`-ed model."""
+    from .fused import FusedSwinBlock
+
+    kinds = (_SparseBase, FusedSwinBlock)
+    return {name: m.mode for name, m in model.named_modules() if isinstance(m, kinds)}
+
+
+def sparse_path(model: nn.Module) -> str:
+    """Which kernels a :func:`sparsify`-ed model runs (after its first call), in a few words for tables:
+    "fused C kernels", "C kernels", "PyTorch kernels (no C compiler)" or "dense kernels"."""
+    from .fused import SparseResidualBlock
+
+    modes = set(layer_modes(model).values())
+    if not modes & {"sparse", "fused"}:
+        return "dense kernels"
+    if spmm.load() is None:
+        return "PyTorch kernels (no C compiler)"
+    residual = any(
+        isinstance(m, SparseResidualBlock) and "sparse" in (m.conv1.mode, m.conv2.mode)
+        for m in model.modules()
+    )
+    return "fused C kernels" if "fused" in modes or residual else "C kernels"
