@@ -1,6 +1,10 @@
-"""Constants shared by the tests: the repository root and tiny model configurations (fast on CPU)."""
+"""Shared by the tests: the repository root, tiny model configurations (fast on CPU), random masks."""
 
 from pathlib import Path
+
+from torch import nn
+
+import iss.pruning
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))  # SwinIR-light with a few thousand weights
@@ -13,3 +17,10 @@ TINY_ARCHS = {
         embed_dim=96, depth=(2,), num_heads=(2,), split_size_0=(4,), split_size_1=(16,), mlp_ratio=1.0
     ),
 }
+
+
+def masked(module: nn.Module, ratio: float = 0.95, seed: int = 0) -> nn.Module:
+    """``module`` freshly initialised with a random mask of exactly ``ceil(ratio * n)`` zeros per
+    Conv2d/Linear weight (the scratch pruner), in eval mode."""
+    iss.pruning.build("scratch", module, ratio, seed=seed)
+    return module.eval()

@@ -17,10 +17,21 @@ from fakehub import FakeHub, closed_port_url
 from huggingface_hub import constants
 
 import iss
+import iss.spmm
 
 DATA = Path(os.environ.get("ISS_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(params=["c", "mkl"])
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with iss.sparse's compiled C kernels, then with the pure-PyTorch (MKL) fallback."""
+    if request.param == "mkl":
+        monkeypatch.setattr(iss.spmm, "load", lambda: None)
+    elif iss.spmm.load() is None:
+        pytest.skip("no C compiler: the compiled kernels are unavailable (CI installs gcc)")
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,144 @@
+"""iss.fused: whole EDSR residual blocks and Swin blocks equal the dense model, fall back, and say so."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from common import masked
+from torch import nn
+
+from iss import archs, sparse, spmm
+from iss.fused import FusedSwinBlock, SparseResidualBlock
+from iss.sparse import SparseConv2d, layer_modes, sparse_path, sparsify
+
+SWIN = dict(embed_dim=12, depths=(2, 2), num_heads=(2, 3))  # window 8: shifted and unshifted blocks
+
+
+def needs_c() -> None:
+    if spmm.load() is None:
+        pytest.skip("no C compiler: the fused blocks need the compiled kernels (CI installs gcc)")
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.95, 0.99])
+@pytest.mark.parametrize("size", [(16, 16), (13, 30), (40, 24)])
+def test_fused_swin_blocks_equal_dense(ratio: float, size: tuple[int, int]) -> None:
+    """Padding, several windows across and down, cyclic shift and mask, 2 and 3 heads: all as PyTorch."""
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), ratio)
+    fast = sparsify(model, min_speedup=0.0)
+    x = torch.rand(2, 3, *size)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    blocks = [m for m in fast.modules() if isinstance(m, FusedSwinBlock)]
+    assert len(blocks) == 4 and all(b.mode == "fused" and b.block is None for b in blocks)
+    assert sparse_path(fast) == "fused C kernels"
+
+
+def test_fused_swin_block_at_the_training_size_and_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """64x64 (the stored masks' size) and the pool path, several windows per job."""
+    needs_c()
+    monkeypatch.setattr(sparse, "PARALLEL_MIN_WORK", 0)
+    torch.manual_seed(1)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.9)
+    fast = sparsify(model, min_speedup=0.0)
+    x = torch.rand(1, 3, 64, 64)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_fused_residual_blocks_equal_dense(kernels: str) -> None:
+    torch.manual_seed(0)
+    model = masked(archs.build("edsr-l", 2, num_feat=8, num_block=3), 0.9)
+    fast = sparsify(model, min_speedup=0.0)
+    x = torch.rand(1, 3, 11, 14)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    fused_blocks = [m for m in fast.modules() if isinstance(m, SparseResidualBlock)]
+    assert len(fused_blocks) == (3 if kernels == "c" else 0)  # the fallback keeps the plain blocks
+    assert sparse_path(fast) == ("fused C kernels" if kernels == "c" else "PyTorch kernels (no C compiler)")
+
+
+@pytest.mark.parametrize("mode", ["sparse", "dense"])
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_conv_epilogue_relu_scale_residual(kernels: str, mode: str, contiguous: bool) -> None:
+    """``conv(x, relu=, scale=, residual=)`` is ``relu(conv(x)) * scale + residual`` on every path (a
+    non-contiguous residual is added by torch after the kernel)."""
+    conv = masked(nn.Conv2d(5, 7, 3, padding=1), 0.8)
+    layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0 if mode == "sparse" else math.inf))
+    x = torch.randn(2, 5, 6, 9)
+    residual = torch.randn(2, 9, 6, 7).permute(0, 3, 2, 1) if not contiguous else torch.randn(2, 7, 6, 9)
+    with torch.inference_mode():
+        got = layer(x, relu=True, scale=0.1, residual=residual)
+        torch.testing.assert_close(got, residual + 0.1 * conv(x).relu(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(layer(x, scale=-2.0), -2.0 * conv(x), atol=1e-5, rtol=0)
+    assert layer.mode == mode
+
+
+def test_slower_fused_block_runs_the_sparse_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused block times itself against the per-layer path and drops whichever loses."""
+    needs_c()
+    slow = FusedSwinBlock._fused
+
+    def slowed(self: FusedSwinBlock, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        time.sleep(0.05)
+        return slow(self, x, size)
+
+    monkeypatch.setattr(FusedSwinBlock, "_fused", slowed)
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
+    fast = sparsify(model)
+    x = torch.rand(1, 3, 16, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    blocks = [m for m in fast.modules() if isinstance(m, FusedSwinBlock)]
+    assert blocks and all(b.mode == "layers" and b._weights is None for b in blocks)
+    assert "fused" not in layer_modes(fast).values()
+
+
+def test_no_fusion_without_the_compiler_or_when_asked(kernels: str) -> None:
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
+    x = torch.rand(1, 3, 9, 9)
+    for fast in (sparsify(model, fuse=False), *([sparsify(model)] if kernels == "mkl" else [])):
+        assert not any(isinstance(m, FusedSwinBlock | SparseResidualBlock) for m in fast.modules())
+        with torch.inference_mode():
+            torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+
+
+def test_dense_path_is_reported() -> None:
+    model = masked(archs.build("edsr-l", 2, num_feat=8, num_block=1), 0.95)
+    fast = sparsify(model, min_speedup=math.inf)  # every layer keeps its dense kernel
+    with torch.inference_mode():
+        fast(torch.rand(1, 3, 8, 8))
+    assert sparse_path(fast) == "dense kernels"
+
+
+def test_swin_windows_refuses_bad_calls() -> None:
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.9)
+    block = next(m for m in sparsify(model).modules() if isinstance(m, FusedSwinBlock) and m._weights.shift)
+    weights = block._weights
+    tokens, out = torch.rand(16 * 24, 12), torch.empty(16 * 24, 12)
+    mask, buffer = block._mask((16, 24)), torch.empty(weights.buffer_size())
+    good = dict(size=(16, 24), mask=mask, windows=range(6), buffer=buffer)
+    spmm.swin_windows(out, tokens, weights, **good)
+    with pytest.raises(ValueError, match="must differ"):
+        spmm.swin_windows(tokens, tokens, weights, **good)
+    with pytest.raises(ValueError, match="outside"):
+        spmm.swin_windows(out, tokens, weights, **{**good, "windows": range(7)})
+    with pytest.raises(ValueError, match="mask"):
+        spmm.swin_windows(out, tokens, weights, **{**good, "mask": None})
+    with pytest.raises(ValueError, match="do not fit"):
+        spmm.swin_windows(out[:-24], tokens[:-24], weights, **good)
+    with pytest.raises(ValueError, match="buffer"):
+        spmm.swin_windows(out, tokens, weights, **{**good, "buffer": buffer[:-1]})
