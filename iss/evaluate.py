@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from . import metrics
@@ -142,24 +143,30 @@ def _run(args: argparse.Namespace) -> int:
     if not datasets:
         raise UsageError("--datasets is empty; name at least one of " + ", ".join(BENCHMARKS))
     roots = _dataset_roots(datasets, args.data_dir, download=args.download)
-    upscaler, scale = _build_upscaler(args)
+    upscaler, scale, model = _build_upscaler(args)
     start = time.perf_counter()
     results = evaluate(upscaler, datasets, scale, roots, y_channel=not args.rgb)
     seconds = time.perf_counter() - start
     channel = "Y" if not args.rgb else "RGB (PSNR), Y (SSIM)"
-    print(format_table(results, f"{args.model} x{scale}, {channel}, border {scale}, {seconds:.1f} s"))
+    title = f"{args.model} x{scale}, {channel}, border {scale}, {seconds:.1f} s"
+    if args.sparse:
+        from .sparse import sparse_path
+
+        title += f" ({sparse_path(model)})"
+    print(format_table(results, title))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 
-def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int]:
-    """The upscaler named by ``--model`` and the scale it works at (checked against ``--scale``)."""
+def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module | None]:
+    """The upscaler named by ``--model``, the scale it works at (checked against ``--scale``) and its model
+    (None for bicubic)."""
     if args.tile is not None and (args.tile <= args.overlap or args.overlap < 0):
         raise UsageError(f"--tile must be larger than --overlap ({args.overlap}) >= 0, got {args.tile}")
     if args.model == "bicubic":
-        return bicubic_upscaler(_check_scale(args.scale)), args.scale
+        return bicubic_upscaler(_check_scale(args.scale)), args.scale, None
     from . import archs  # lazy: torch model code is not needed for bicubic
 
     device = _device(args.device)
@@ -195,7 +202,7 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int]:
         from .sparse import sparsify  # lazy: only when asked for
 
         model = sparsify(model)
-    return model_upscaler(model, tile=args.tile, overlap=args.overlap, device=device), scale
+    return model_upscaler(model, tile=args.tile, overlap=args.overlap, device=device), scale, model
 
 
 def _check_scale(scale: int | None) -> int:

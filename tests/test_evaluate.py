@@ -246,8 +246,11 @@ def test_error_upscaler_returning_wrong_shape(tiny_set: Path) -> None:
         evaluate(lambda lr: lr, ["Set5"], 2, tiny_set, progress=False)
 
 
-def test_sparse_kernels_give_the_dense_scores(tiny_set: Path, tmp_path: Path) -> None:
-    """``--sparse`` (iss.sparsify) on a 95%-zero checkpoint scores what the dense model scores."""
+def test_sparse_kernels_give_the_dense_scores(
+    tiny_set: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``--sparse`` (iss.sparsify) on a 95%-zero checkpoint scores what the dense model scores, and the
+    table's title says which kernels ran."""
     from iss import archs, checkpoint
 
     torch.manual_seed(0)
@@ -265,3 +268,6 @@ def test_sparse_kernels_give_the_dense_scores(tiny_set: Path, tmp_path: Path) ->
         assert _eval(*args, "--json", str(out), *flag) == 0
         scores[flag] = json.loads(out.read_text())["Set5"]
     assert scores[("--sparse",)]["psnr"] == pytest.approx(scores[()]["psnr"], abs=1e-3)
+    printed = capsys.readouterr().out
+    labels = ("fused C kernels", "C kernels", "PyTorch kernels (no C compiler)", "dense kernels")
+    assert sum(f"({label})" in printed for label in labels) == 1
