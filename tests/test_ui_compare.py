@@ -53,8 +53,10 @@ def test_sparse_kernels_toggle_gives_the_same_image(tiny_zoo: str) -> None:
     diff = np.abs(fast.results[name].astype(int) - dense.results[name].astype(int))
     assert diff.max() <= 1  # equal within 1e-4 before rounding to uint8
     row = next(r for r in fast.rows if r[0] == name)
-    assert row[1] == pytest.approx(next(r for r in dense.rows if r[0] == name)[1], abs=0.01) and row[-1] > 0
-    assert "C kernel" in compare.sparse_kernel_note() or "fallback" in compare.sparse_kernel_note()
+    assert row[1] == pytest.approx(next(r for r in dense.rows if r[0] == name)[1], abs=0.01)
+    seconds, path = row[-1].split(" ", 1)  # the time column says which kernels ran
+    assert float(seconds) > 0 and path == f"({iss.sparse.sparse_path(model)})"
+    assert "C kernels" in compare.sparse_kernel_note() or "fallback" in compare.sparse_kernel_note()
 
 
 def test_kept_weights_reflect_pruning(tiny_zoo: str) -> None:

@@ -53,10 +53,10 @@ def default_device() -> str:
 
 
 def sparse_kernel_note() -> str:
-    """Which kernels the "sparse kernels" toggle runs (the compiled one, or the slower fallback)."""
+    """Which kernels the "sparse kernels" toggle runs (the compiled ones, or the slower fallback)."""
     if iss.spmm.load() is None:
-        return "CPU; pure-PyTorch fallback (no C compiler found), about half as fast as the C kernel"
-    return "CPU; compiled C kernel; each layer stays dense where that is faster"
+        return "CPU; pure-PyTorch fallback (no C compiler found), about half as fast as the C kernels"
+    return "CPU; compiled C kernels, whole blocks fused; each layer stays dense where that is faster"
 
 
 # ----------------------------------------------------------------------------------------------------- zoo
@@ -252,7 +252,8 @@ def _run_method(
     kept, total = meta["kept"], meta["total"]
     size = f"{meta['size_bytes'] / 1e6:.2f} MB"
     kept_text = f"{kept / 1e3:.0f}k / {total / 1e3:.0f}k ({100 * kept / max(total, 1):.1f}%)"
-    return sr, [name, "", "", kept_text, meta.get("ratio", ""), size, round(seconds, 3)]
+    timing = f"{seconds:.3f} ({iss.sparse.sparse_path(model)})" if sparse else round(seconds, 3)
+    return sr, [name, "", "", kept_text, meta.get("ratio", ""), size, timing]
 
 
 def _write_pngs(comp: Comparison, out_dir: str | None) -> list[str]:
