@@ -142,3 +142,25 @@ def test_swin_windows_refuses_bad_calls() -> None:
         spmm.swin_windows(out[:-24], tokens[:-24], weights, **good)
     with pytest.raises(ValueError, match="buffer"):
         spmm.swin_windows(out, tokens, weights, **{**good, "buffer": buffer[:-1]})
+
+
+def test_portable_build_gives_the_same_results(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Built without ``-march=native`` (4-float SSE vectors instead of AVX2/AVX-512) the kernels still
+    equal dense: the fallback flags a compiler or CPU without -march=native gets."""
+    needs_c()
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(spmm, "FLAGS", (["-O3"],))
+    spmm.load.cache_clear()
+    try:
+        assert spmm.lanes() == 4
+        torch.manual_seed(0)
+        for model in (
+            archs.build("swinir-light", 2, **SWIN),
+            archs.build("edsr-l", 2, num_feat=8, num_block=2),
+        ):
+            model = masked(model, 0.9)
+            x = torch.rand(1, 3, 12, 20)
+            with torch.inference_mode():
+                torch.testing.assert_close(sparsify(model, min_speedup=0.0)(x), model(x), atol=1e-4, rtol=0)
+    finally:
+        spmm.load.cache_clear()

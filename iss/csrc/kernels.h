@@ -6,6 +6,9 @@
 
 /* The CPU's native vector width: wider vectors than the registers (e.g. 16 floats on AVX2) are split by the
  * compiler through the stack, which made the kernel ~8x slower there. */
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #if defined(__AVX512F__)
 #define LANES 16
 #elif defined(__AVX__)
@@ -22,9 +25,16 @@ static inline vec load(const float *p) { vec v; memcpy(&v, p, sizeof v); return 
 static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
 static inline vec splat(float f) { return (vec){0} + f; }
 static inline vec relu(vec v) { return (vec)((ivec)v & (v > 0)); }
-static inline vec select(ivec m, vec a, vec b) { return (vec)(((ivec)a & m) | ((ivec)b & ~m)); }
-static inline vec vmax(vec a, vec b) { return select(a > b, a, b); }
-static inline vec vmin(vec a, vec b) { return select(a < b, a, b); }
+#if LANES == 16
+static inline vec vmax(vec a, vec b) { return (vec)_mm512_max_ps((__m512)a, (__m512)b); }
+static inline vec vmin(vec a, vec b) { return (vec)_mm512_min_ps((__m512)a, (__m512)b); }
+#elif LANES == 8
+static inline vec vmax(vec a, vec b) { return (vec)_mm256_max_ps((__m256)a, (__m256)b); }
+static inline vec vmin(vec a, vec b) { return (vec)_mm256_min_ps((__m256)a, (__m256)b); }
+#else /* portable select: the comparison gives all-ones lanes where true */
+static inline vec vmax(vec a, vec b) { return (vec)(((ivec)a & (a > b)) | ((ivec)b & ~(a > b))); }
+static inline vec vmin(vec a, vec b) { return (vec)(((ivec)a & (a < b)) | ((ivec)b & ~(a < b))); }
+#endif
 
 /* What is applied to each output after the bias: out = (relu ? max(v, 0) : v) * scale + res[same index]. */
 typedef struct {

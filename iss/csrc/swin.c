@@ -22,10 +22,10 @@ typedef struct {
     const float *mask;          /* NULL or [windows][N][N], transposed likewise */
 } swin_block;
 
-/* exp(x), Cephes' single-precision polynomial (relative error ~1e-7); x <= 88. */
+/* exp(x) for x <= 0, Cephes' single-precision polynomial (relative error ~1e-7). */
 static inline vec vexp(vec x)
 {
-    x = vmax(vmin(x, splat(88.3762626647949f)), splat(-87.3365447504f));
+    x = vmax(x, splat(-87.3365447504f)); /* below: 0 (the smallest normal float), not a wrapped exponent */
     vec fx = x * 1.44269504088896341f;
     fx = (fx + 12582912.0f) - 12582912.0f; /* round to nearest */
     x = x - fx * 0.693359375f + fx * 2.12194440e-4f;
