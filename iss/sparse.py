@@ -60,6 +60,7 @@ TILE_COLS = 128  # C kernel: tile width (a multiple of its 8 x 16-float register
 LINEAR_BUFFER_BYTES = 512 << 10  # C kernel: one chunk of tokens, in and out, transposed (in L2)
 LANES = 16  # the C kernel's vector width, in floats
 PARALLEL_MIN_WORK = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
+GROUP_NONZEROS = 24  # C kernel: non-zeros per output row in one group of input channels (see _offset_csr)
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
 _POOL: dict[int, ThreadPoolExecutor] = {}  # thread count -> pool
 
@@ -286,7 +287,7 @@ class SparseConv2d(_SparseBase):
         if self.channels is not None:
             weight = weight[:, self.channels]
         self.csr: Tensor | None = _to_csr(weight.reshape(self.out_channels, -1))  # column = channel*k*k + tap
-        self._offsets: tuple[tuple[int, int], spmm.OffsetCSR] | None = None  # C kernel: (plane, ld), weights
+        self._offsets: tuple[tuple[int, int], tuple[spmm.OffsetCSR, int]] | None = None  # C: (plane, ld) ->
         self._taps: list[tuple[int, Tensor]] | None = None  # MKL path: (tap, CSR [out, in]) per non-empty tap
 
     def forward(
@@ -312,16 +313,35 @@ class SparseConv2d(_SparseBase):
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.conv2d(x, weight, self.bias, padding=self.kernel_size // 2)
 
-    def _offset_csr(self, plane: int, ld: int) -> spmm.OffsetCSR:
-        """The weights for the C kernel reading a padded [channels, plane] buffer with rows ``ld`` apart
-        (kept for the last layout only: it changes only with the input width, below ``TILE_COLS``)."""
+    def _offset_csr(self, plane: int, ld: int) -> tuple[spmm.OffsetCSR, int]:
+        """The weights for the C kernel reading a padded [channels, plane] buffer with rows ``ld`` apart,
+        and in how many groups of input channels (kept for the last layout only: it changes only with the
+        input width, below ``TILE_COLS``).
+
+        Group g holds the CSR rows of all outputs over its channels (group-major, ``groups * out + 1`` row
+        pointers): the kernel runs the groups one after the other, so the part of the buffer it reads stays
+        in a nearer cache. Groups are sized for ``GROUP_NONZEROS`` non-zeros per output row; denser groups
+        would not fit, sparser ones spend more on re-reading the outputs than they save (measured on Zen 3:
+        1.4x at 90% zeros, 1.25x at 95%, none at 99% for 256 channels).
+        """
         if self._offsets is None or self._offsets[0] != (plane, ld):
             k = self.kernel_size
-            cols = self.csr.col_indices().long()
+            cols, values = self.csr.col_indices().long(), self.csr.values()
             channel, tap = cols // (k * k), cols % (k * k)
             offsets = channel * plane + (tap // k) * ld + tap % k
-            weights = spmm.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
-            self._offsets = (plane, ld), weights
+            cin = self.in_channels if self.channels is None else len(self.channels)
+            density = values.numel() / max(1, self.out_channels * cin * k * k)
+            groups = max(1, round(cin * density * k * k / GROUP_NONZEROS))
+            size = math.ceil(cin / groups)
+            rows = torch.repeat_interleave(
+                torch.arange(self.out_channels), self.csr.crow_indices().diff().long()
+            )
+            key = (channel // size) * self.out_channels + rows
+            order = torch.sort(key, stable=True).indices  # a row's non-zeros keep their channel/tap order
+            counts = torch.bincount(key, minlength=groups * self.out_channels)
+            rowptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+            weights = spmm.OffsetCSR.build(rowptr, offsets[order], values[order])
+            self._offsets = (plane, ld), (weights, groups)
         return self._offsets[1]
 
     def _tap_csrs(self) -> list[tuple[int, Tensor]]:
@@ -369,16 +389,16 @@ class SparseConv2d(_SparseBase):
         cache_rows = max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p)
         rows = min(job_rows, cache_rows)
         plane = (cache_rows + 2 * p) * ld  # not from rows: the weights' offsets then depend on the width only
-        weights = self._offset_csr(plane, ld)
+        weights, groups = self._offset_csr(plane, ld)
 
-        residual = epilogue.residual
+        residuals = [None] * n if epilogue.residual is None else epilogue.residual
 
         def job(start: tuple[int, int, int], buffers: list[Tensor]) -> None:
             i, r0, c0 = start
             spmm.conv_tiles(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, min(h, r0 + job_rows)),
                             cols=range(c0, min(w, c0 + cols)), tile_rows=rows, buffer=buffers[0], plane=plane,
-                            ld=ld, channels=self.channels, relu=epilogue.relu, scale=epilogue.scale,
-                            residual=None if residual is None else residual[i])  # fmt: skip
+                            ld=ld, channels=self.channels, groups=groups, relu=epilogue.relu,
+                            scale=epilogue.scale, residual=residuals[i])  # fmt: skip
 
         starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
         work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing

@@ -91,19 +91,8 @@ def load() -> ctypes.CDLL | None:
         warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
         return None
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
-    lib.iss_conv_tiles.argtypes = [
-        ptr,
-        ptr,
-        *[i64] * 3,
-        ptr,
-        *[i64] * 9,
-        ptr,
-        *[i64] * 3,
-        *[ptr] * 4,
-        i64,
-        f32,
-        ptr,
-    ]
+    conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr]
+    lib.iss_conv_tiles.argtypes = conv
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
     lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
@@ -144,19 +133,21 @@ class OffsetCSR:
 def conv_tiles(
     out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
     cols: range, tile_rows: int, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
-    relu: bool = False, scale: float = 1.0, residual: Tensor | None = None,
+    groups: int = 1, relu: bool = False, scale: float = 1.0, residual: Tensor | None = None,
 ) -> None:  # fmt: skip
     """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] (any strides) into
     contiguous ``out``, then ``(relu(out) if relu else out) * scale + residual`` in the same pass.
 
     ``tile_rows`` rows at a time, the input they read is zero-padded into ``buffer`` (``plane`` floats per
     used input channel, in rows ``ld`` apart: the layout ``weight``'s offsets were computed for) and
-    multiplied there, in C; ``channels`` lists the input channels used (None: all); ``residual`` (None, or
-    contiguous float32 shaped like ``out``) is added at the end.
+    multiplied there, in C; ``channels`` lists the input channels used (None: all); ``weight`` holds
+    ``groups`` CSR matrices of ``out``'s channel count one after the other (``groups * C_out + 1`` row
+    pointers), each for a range of input channels; ``residual`` (None, or contiguous float32 shaped like
+    ``out``) is added at the end.
     """
     lib = _library()
     p = kernel_size // 2
-    cout, (c, h, w) = weight.rowptr.numel() - 1, image.shape
+    cout, (c, h, w) = out.shape[0], image.shape
     cin, tw = (c if channels is None else channels.numel()), len(cols) + 2 * p
     if not (out.dtype == image.dtype == buffer.dtype == torch.float32):
         raise ValueError("conv_tiles needs float32 tensors")
@@ -167,6 +158,8 @@ def conv_tiles(
         raise ValueError("conv_tiles: the input view reaches outside its storage")
     if out.shape != (cout, h, w) or rows.step != 1 or cols.step != 1:
         raise ValueError(f"conv_tiles: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
+    if groups < 1 or weight.rowptr.numel() != groups * cout + 1:
+        raise ValueError(f"conv_tiles: weights are not {groups} group(s) of {cout} rows")
     if not (0 <= rows.start <= rows.stop <= h and 0 <= cols.start <= cols.stop <= w):
         raise ValueError(f"conv_tiles: rows {rows} or columns {cols} outside the {h}x{w} image")
     if tile_rows < 1 or ld < tw or plane < (tile_rows + 2 * p) * ld or buffer.numel() < cin * plane:
@@ -188,7 +181,7 @@ def conv_tiles(
     lib.iss_conv_tiles(
         out.data_ptr(), image.data_ptr(), *image.stride(), 0 if channels is None else channels.data_ptr(),
         cin, h, w, p,
-        rows.start, rows.stop, cols.start, cols.stop, tile_rows, buffer.data_ptr(), plane, ld, cout,
+        rows.start, rows.stop, cols.start, cols.stop, tile_rows, buffer.data_ptr(), plane, ld, cout, groups,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
         0 if bias is None else bias.data_ptr(), int(relu), scale, _ptr(residual),
     )  # fmt: skip

@@ -166,15 +166,34 @@ def test_c_kernel_wrappers_refuse_out_of_bounds_access() -> None:
     conv = SparseConv2d(nn.Conv2d(2, 3, 3, padding=1), sparse._Plan(min_speedup=0.0))
     image, target = torch.randn(2, 5, 6), torch.empty(3, 5, 6)
     good = dict(kernel_size=3, rows=range(0, 5), cols=range(0, 6), tile_rows=5, plane=7 * 8, ld=8)
-    spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **good)
+    spmm.conv_tiles(target, image, conv._offset_csr(56, 8)[0], None, buffer=torch.empty(2 * 56), **good)
     with pytest.raises(ValueError, match="buffer too small"):
-        spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(56), **good)
+        spmm.conv_tiles(target, image, conv._offset_csr(56, 8)[0], None, buffer=torch.empty(56), **good)
     with pytest.raises(ValueError, match="outside the 5x6 image"):
         bad = {**good, "rows": range(0, 6)}
-        spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56), **bad)
+        spmm.conv_tiles(target, image, conv._offset_csr(56, 8)[0], None, buffer=torch.empty(2 * 56), **bad)
     with pytest.raises(ValueError, match="channel list"):
-        spmm.conv_tiles(target, image, conv._offset_csr(56, 8), None, buffer=torch.empty(2 * 56),
+        spmm.conv_tiles(target, image, conv._offset_csr(56, 8)[0], None, buffer=torch.empty(2 * 56),
                        channels=torch.tensor([0, 2]), **good)  # fmt: skip
+    with pytest.raises(ValueError, match="2 group"):
+        spmm.conv_tiles(target, image, conv._offset_csr(56, 8)[0], None, buffer=torch.empty(2 * 56),
+                       groups=2, **good)  # fmt: skip
+
+
+@pytest.mark.parametrize("ratio", [0.3, 0.9])
+def test_c_kernel_groups_of_input_channels(ratio: float) -> None:
+    """Dense enough layers run in groups of input channels (outputs accumulated group by group, bias in the
+    first, epilogue after the last): the same result."""
+    if spmm.load() is None:
+        pytest.skip("no C compiler")
+    conv = masked(nn.Conv2d(48, 12, 3, padding=1), ratio)
+    layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0))
+    x, residual = torch.randn(2, 48, 7, 9), torch.randn(2, 12, 7, 9)
+    with torch.inference_mode():
+        got = layer(x, relu=True, scale=0.5, residual=residual)
+        torch.testing.assert_close(got, residual + 0.5 * conv(x).relu(), atol=1e-5, rtol=0)
+    _, groups = layer._offsets[1]
+    assert groups == round(48 * (1 - ratio) * 9 / sparse.GROUP_NONZEROS) > 1
 
 
 def test_kernel_builds_into_the_cache_or_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

@@ -2,7 +2,8 @@
  *
  * The core, iss_spmm, computes
  *   out[co*out_co + r*out_row + x] = epilogue(bias[co] + sum_k val[k] * in[off[k] + r*in_row + x])
- * for co < cout, r < rows, x < width, k over the non-zeros of output row co (CSR: rowptr, off, val).
+ * for co < cout, r < rows, x < width, k over the non-zeros of output row co (CSR: rowptr, off, val); with
+ * `accumulate` the sum starts from the output's current value instead of the bias.
  * `off` folds the input channel and, for a convolution, the kernel tap into one element offset, so a k x k
  * conv over a zero-padded input and a channel-major Linear are the same loop. The weights of one output
  * row are streamed while 8 vectors of outputs stay in registers: one load and one FMA per non-zero and
@@ -23,7 +24,7 @@ static inline vec finish(vec v, epilogue ep, const float *res)
 
 void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int64_t in_row, int64_t rows,
               int64_t width, int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val,
-              const float *bias, epilogue ep)
+              const float *bias, int accumulate, epilogue ep)
 {
     for (int64_t co = 0; co < cout; co++) {
         const int32_t first = rowptr[co], last = rowptr[co + 1];
@@ -35,7 +36,7 @@ void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int6
             int64_t x = 0;
             for (; x + BLOCK * LANES <= width; x += BLOCK * LANES) {
                 vec acc[BLOCK];
-                for (int j = 0; j < BLOCK; j++) acc[j] = splat(b);
+                for (int j = 0; j < BLOCK; j++) acc[j] = accumulate ? load(dst + x + j * LANES) : splat(b);
                 for (int32_t k = first; k < last; k++) {
                     const float *p = src + off[k] + x;
                     const vec w = splat(val[k]);
@@ -45,12 +46,12 @@ void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int6
                     store(dst + x + j * LANES, finish(acc[j], ep, res ? res + x + j * LANES : NULL));
             }
             for (; x + LANES <= width; x += LANES) {
-                vec acc = splat(b);
+                vec acc = accumulate ? load(dst + x) : splat(b);
                 for (int32_t k = first; k < last; k++) acc += splat(val[k]) * load(src + off[k] + x);
                 store(dst + x, finish(acc, ep, res ? res + x : NULL));
             }
             for (; x < width; x++) {
-                float acc = b;
+                float acc = accumulate ? dst[x] : b;
                 for (int32_t k = first; k < last; k++) acc += val[k] * src[off[k] + x];
                 if (ep.relu && acc < 0.0f) acc = 0.0f;
                 dst[x] = acc * ep.scale + (res ? res[x] : 0.0f);
@@ -63,13 +64,15 @@ void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int6
  * (c, y, x) at in[c*cs + y*ys + x*xs]: any layout) into contiguous out[cout][h][w], `rows` output rows at a
  * time: copy the input they read, zero-padded, into buf[cin][plane] (rows + 2p rows of c1 - c0 + 2p floats,
  * `ld` apart), which stays in cache, then run iss_spmm on it. `channels` (or NULL: 0..cin-1) lists the input
- * channels the weights read; `off` is computed for this plane and ld. The epilogue's `res` (NULL, or a
- * contiguous [cout][h][w] tensor) is added after ReLU and scaling. */
+ * channels the weights read; `off` is computed for this plane and ld. The weights come in `groups` CSR
+ * matrices of cout rows (rowptr has groups * cout + 1 entries), each reading a range of input channels: one
+ * group's part of the buffer stays in L1/L2 while all outputs accumulate it. The epilogue's `res` (NULL, or
+ * a contiguous [cout][h][w] tensor) is added after ReLU and scaling, after the last group. */
 void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t xs, const int64_t *channels,
                     int64_t cin, int64_t h, int64_t w, int64_t p, int64_t r0, int64_t r1, int64_t c0,
                     int64_t c1, int64_t rows, float *buf, int64_t plane, int64_t ld, int64_t cout,
-                    const int32_t *rowptr, const int32_t *off, const float *val, const float *bias,
-                    int64_t relu, float scale, const float *res)
+                    int64_t groups, const int32_t *rowptr, const int32_t *off, const float *val,
+                    const float *bias, int64_t relu, float scale, const float *res)
 {
     const int64_t tw = c1 - c0 + 2 * p;                   /* padded tile width */
     const int64_t x0 = c0 - p < 0 ? 0 : c0 - p;           /* input columns copied: [x0, x1) */
@@ -96,7 +99,9 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
             }
         }
         const epilogue ep = {(int)relu, scale, res ? res + top * w + c0 : NULL};
-        iss_spmm(out + top * w + c0, h * w, w, buf, ld, n, c1 - c0, cout, rowptr, off, val, bias, ep);
+        for (int64_t g = 0; g < groups; g++)
+            iss_spmm(out + top * w + c0, h * w, w, buf, ld, n, c1 - c0, cout, rowptr + g * cout, off, val,
+                     bias, g > 0, g == groups - 1 ? ep : PLAIN);
     }
 }
 
@@ -113,7 +118,7 @@ void iss_linear_tokens(float *out, const float *in, int64_t cin, int64_t cout, i
         const int64_t n = t1 - first < ld ? t1 - first : ld;
         for (int64_t t = 0; t < n; t++)
             for (int64_t c = 0; c < cin; c++) xt[c * ld + t] = in[(first + t) * cin + c];
-        iss_spmm(yt, ld, 0, xt, 0, 1, n, cout, rowptr, off, val, bias, PLAIN);
+        iss_spmm(yt, ld, 0, xt, 0, 1, n, cout, rowptr, off, val, bias, 0, PLAIN);
         for (int64_t t = 0; t < n; t++)
             for (int64_t c = 0; c < cout; c++) out[(first + t) * cout + c] = yt[c * ld + t];
     }
