@@ -5,6 +5,8 @@ at a time, each reading and writing a full activation tensor:
 
 * EDSR's residual block, ``x + conv2(relu(conv1(x))) * res_scale``: the ReLU, the scaling and the residual
   add are done by the sparse conv kernel as it stores its outputs (:class:`SparseResidualBlock`).
+* A conv followed by a pixel shuffle (the upsamplers of EDSR and SwinIR): the kernel stores its outputs
+  where the shuffle puts them (:class:`SparseConvShuffle`); at x4 that saves copying the largest tensors.
 * SwinIR's transformer block (LayerNorm, cyclic shift, window partition, attention with its position bias and
   mask, softmax, GELU, residuals): ``csrc/swin.c`` runs the whole block per 8x8 window on a channel-major copy
   that stays in cache (:class:`FusedSwinBlock`), with the sparse Linears inside.
@@ -27,7 +29,7 @@ from .archs.edsr import ResidualBlock
 from .archs.swinir import SwinTransformerBlock
 from .sparse import SparseConv2d, SparseLinear, _Plan, _run_chunks
 
-__all__ = ["FusedSwinBlock", "SparseResidualBlock", "fuse"]
+__all__ = ["FusedSwinBlock", "SparseConvShuffle", "SparseResidualBlock", "fuse"]
 
 
 class SparseResidualBlock(nn.Module):
@@ -39,6 +41,17 @@ class SparseResidualBlock(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.conv2(self.conv1(x, relu=True), scale=self.res_scale, residual=x)
+
+
+class SparseConvShuffle(nn.Module):
+    """``pixel_shuffle(conv(x), factor)`` with the shuffle done by the sparse conv kernel's stores."""
+
+    def __init__(self, conv: SparseConv2d, factor: int) -> None:
+        super().__init__()
+        self.conv, self.factor = conv, factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x, shuffle=self.factor)
 
 
 class FusedSwinBlock(nn.Module):
@@ -174,6 +187,8 @@ def fuse(model: nn.Module, plan: _Plan) -> None:
     if spmm.load() is None:
         return
     for parent in list(model.modules()):
+        if isinstance(parent, nn.Sequential):
+            _fuse_shuffles(parent)
         for name, child in parent.named_children():
             if (
                 isinstance(child, ResidualBlock)
@@ -183,3 +198,13 @@ def fuse(model: nn.Module, plan: _Plan) -> None:
                 setattr(parent, name, SparseResidualBlock(child))
             elif _fusable_swin(child):
                 setattr(parent, name, FusedSwinBlock(child, plan))
+
+
+def _fuse_shuffles(sequence: nn.Sequential) -> None:
+    """In place: every sparse conv directly followed by a pixel shuffle becomes one
+    :class:`SparseConvShuffle` (the shuffle's slot an ``nn.Identity``, so indices stay)."""
+    for i in range(len(sequence) - 1):
+        conv, shuffle = sequence[i], sequence[i + 1]
+        if isinstance(conv, SparseConv2d) and isinstance(shuffle, nn.PixelShuffle):
+            sequence[i] = SparseConvShuffle(conv, shuffle.upscale_factor)
+            sequence[i + 1] = nn.Identity()

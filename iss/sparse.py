@@ -164,17 +164,21 @@ def _run_chunks(
 
 @dataclass(frozen=True)
 class Epilogue:
-    """What a conv does to its output in the same pass: ``(relu(y) if relu else y) * scale + residual``
-    (EDSR's ReLU after conv1 and ``x + conv2(...) * res_scale``), saving a pass over the activations."""
+    """What a conv does to its output in the same pass: ``shuffle(relu(y) if relu else y) * scale +
+    residual`` (EDSR's ReLU after conv1, ``x + conv2(...) * res_scale``, the upsamplers' pixel shuffle),
+    saving passes over the activations."""
 
     relu: bool = False
     scale: float = 1.0
     residual: Tensor | None = None
+    shuffle: int = 1  # pixel-shuffle factor
 
     def apply(self, y: Tensor) -> Tensor:
         """The same with torch ops on a finished output ``y`` (modified in place)."""
         if self.relu:
             y = F.relu_(y)
+        if self.shuffle > 1:
+            y = F.pixel_shuffle(y, self.shuffle)
         if self.residual is not None:
             return torch.add(self.residual, y, alpha=self.scale)
         return y if self.scale == 1 else y.mul_(self.scale)
@@ -291,10 +295,17 @@ class SparseConv2d(_SparseBase):
         self._taps: list[tuple[int, Tensor]] | None = None  # MKL path: (tap, CSR [out, in]) per non-empty tap
 
     def forward(
-        self, x: Tensor, *, relu: bool = False, scale: float = 1.0, residual: Tensor | None = None
+        self,
+        x: Tensor,
+        *,
+        relu: bool = False,
+        scale: float = 1.0,
+        residual: Tensor | None = None,
+        shuffle: int = 1,
     ) -> Tensor:
-        """``(relu(conv(x)) if relu else conv(x)) * scale + residual``, fused into the C kernel."""
-        return self._forward(x, Epilogue(relu, scale, residual))
+        """``pixel_shuffle(relu(conv(x)) if relu else conv(x), shuffle) * scale + residual``, all in the
+        C kernel's single pass over the output (see :class:`Epilogue`)."""
+        return self._forward(x, Epilogue(relu, scale, residual, shuffle))
 
     def dense_weight(self) -> Tensor:
         """The dense [out, in, k, k] weight (rebuilt from the CSR)."""
@@ -361,15 +372,21 @@ class SparseConv2d(_SparseBase):
         buffer (one more zero row keeps them in bounds) into an accumulator that is copied out.
         """
         n, _, h, w = x.shape
-        out = x.new_empty(n, self.out_channels, h, w)
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if self.csr.values().numel() == 0:  # all weights are zero
-            return epilogue.apply(_fill_bias(out.view(n, self.out_channels, -1), _column(bias)).view_as(out))
-        residual = epilogue.residual
-        if _native(x) and (residual is None or (residual.is_contiguous() and residual.shape == out.shape)):
+        s, residual, empty = epilogue.shuffle, epilogue.residual, self.csr.values().numel() == 0
+        shape = (n, self.out_channels // s**2, h * s, w * s)
+        if (
+            _native(x)
+            and not empty
+            and (residual is None or (residual.is_contiguous() and residual.shape == shape))
+        ):
+            out = x.new_empty(shape)
             self._native_forward(x, out, bias, epilogue)
             return out
-        if _native(x):
+        out = x.new_empty(n, self.out_channels, h, w)
+        if empty:  # all weights are zero
+            _fill_bias(out.view(n, self.out_channels, -1), _column(bias))
+        elif _native(x):
             self._native_forward(x, out, bias, PLAIN)
         else:
             self._mkl_forward(x, out, bias)
@@ -398,7 +415,8 @@ class SparseConv2d(_SparseBase):
             spmm.conv_tiles(out[i], x[i], weights, bias, kernel_size=k, rows=range(r0, min(h, r0 + job_rows)),
                             cols=range(c0, min(w, c0 + cols)), tile_rows=rows, buffer=buffers[0], plane=plane,
                             ld=ld, channels=self.channels, groups=groups, relu=epilogue.relu,
-                            scale=epilogue.scale, residual=residuals[i])  # fmt: skip
+                            scale=epilogue.scale, residual=residuals[i],
+                            shuffle=epilogue.shuffle)  # fmt: skip
 
         starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
         work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing

@@ -91,7 +91,7 @@ def load() -> ctypes.CDLL | None:
         warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
         return None
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
-    conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr]
+    conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr, i64]
     lib.iss_conv_tiles.argtypes = conv
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
     lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr]
@@ -133,7 +133,7 @@ class OffsetCSR:
 def conv_tiles(
     out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
     cols: range, tile_rows: int, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
-    groups: int = 1, relu: bool = False, scale: float = 1.0, residual: Tensor | None = None,
+    groups: int = 1, relu: bool = False, scale: float = 1.0, residual: Tensor | None = None, shuffle: int = 1,
 ) -> None:  # fmt: skip
     """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] (any strides) into
     contiguous ``out``, then ``(relu(out) if relu else out) * scale + residual`` in the same pass.
@@ -143,11 +143,12 @@ def conv_tiles(
     multiplied there, in C; ``channels`` lists the input channels used (None: all); ``weight`` holds
     ``groups`` CSR matrices of ``out``'s channel count one after the other (``groups * C_out + 1`` row
     pointers), each for a range of input channels; ``residual`` (None, or contiguous float32 shaped like
-    ``out``) is added at the end.
+    ``out``) is added at the end. With ``shuffle`` s > 1, ``out`` is the pixel-shuffled [C_out / s^2, s H,
+    s W] (``F.pixel_shuffle`` of the convolution, without writing the unshuffled tensor).
     """
     lib = _library()
     p = kernel_size // 2
-    cout, (c, h, w) = out.shape[0], image.shape
+    cout, (c, h, w) = out.shape[0] * shuffle**2, image.shape
     cin, tw = (c if channels is None else channels.numel()), len(cols) + 2 * p
     if not (out.dtype == image.dtype == buffer.dtype == torch.float32):
         raise ValueError("conv_tiles needs float32 tensors")
@@ -156,8 +157,15 @@ def conv_tiles(
     reach = sum((size - 1) * stride for size, stride in zip(image.shape, image.stride(), strict=True))
     if image.numel() and image.storage_offset() + reach >= image.untyped_storage().nbytes() // 4:
         raise ValueError("conv_tiles: the input view reaches outside its storage")
-    if out.shape != (cout, h, w) or rows.step != 1 or cols.step != 1:
-        raise ValueError(f"conv_tiles: output {tuple(out.shape)} is not ({cout}, {h}, {w})")
+    if (
+        shuffle < 1
+        or out.shape != (cout // shuffle**2, h * shuffle, w * shuffle)
+        or rows.step != 1
+        or cols.step != 1
+    ):
+        raise ValueError(
+            f"conv_tiles: output {tuple(out.shape)} does not fit a {h}x{w} image (shuffle {shuffle})"
+        )
     if groups < 1 or weight.rowptr.numel() != groups * cout + 1:
         raise ValueError(f"conv_tiles: weights are not {groups} group(s) of {cout} rows")
     if not (0 <= rows.start <= rows.stop <= h and 0 <= cols.start <= cols.stop <= w):
@@ -183,7 +191,7 @@ def conv_tiles(
         cin, h, w, p,
         rows.start, rows.stop, cols.start, cols.stop, tile_rows, buffer.data_ptr(), plane, ld, cout, groups,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
-        0 if bias is None else bias.data_ptr(), int(relu), scale, _ptr(residual),
+        0 if bias is None else bias.data_ptr(), int(relu), scale, _ptr(residual), shuffle,
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from common import masked
 from torch import nn
 
 from iss import archs, sparse, spmm
-from iss.fused import FusedSwinBlock, SparseResidualBlock
+from iss.fused import FusedSwinBlock, SparseConvShuffle, SparseResidualBlock
 from iss.sparse import SparseConv2d, layer_modes, sparse_path, sparsify
 
 SWIN = dict(embed_dim=12, depths=(2, 2), num_heads=(2, 3))  # window 8: shifted and unshifted blocks
@@ -55,31 +55,40 @@ def test_fused_swin_block_at_the_training_size_and_on_two_threads(monkeypatch: p
         torch.set_num_threads(previous)
 
 
-def test_fused_residual_blocks_equal_dense(kernels: str) -> None:
+@pytest.mark.parametrize("scale", [3, 4])
+def test_fused_residual_blocks_and_upsamplers_equal_dense(kernels: str, scale: int) -> None:
     torch.manual_seed(0)
-    model = masked(archs.build("edsr-l", 2, num_feat=8, num_block=3), 0.9)
+    model = masked(archs.build("edsr-l", scale, num_feat=8, num_block=3), 0.9)
     fast = sparsify(model, min_speedup=0.0)
     x = torch.rand(1, 3, 11, 14)
     with torch.inference_mode():
         torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
     fused_blocks = [m for m in fast.modules() if isinstance(m, SparseResidualBlock)]
     assert len(fused_blocks) == (3 if kernels == "c" else 0)  # the fallback keeps the plain blocks
+    shuffles = [m.factor for m in fast.modules() if isinstance(m, SparseConvShuffle)]
+    assert shuffles == ({3: [3], 4: [2, 2]}[scale] if kernels == "c" else [])
     assert sparse_path(fast) == ("fused C kernels" if kernels == "c" else "PyTorch kernels (no C compiler)")
 
 
 @pytest.mark.parametrize("mode", ["sparse", "dense"])
 @pytest.mark.parametrize("contiguous", [True, False])
-def test_conv_epilogue_relu_scale_residual(kernels: str, mode: str, contiguous: bool) -> None:
-    """``conv(x, relu=, scale=, residual=)`` is ``relu(conv(x)) * scale + residual`` on every path (a
-    non-contiguous residual is added by torch after the kernel)."""
-    conv = masked(nn.Conv2d(5, 7, 3, padding=1), 0.8)
+@pytest.mark.parametrize("shuffle", [1, 2])
+def test_conv_epilogue_relu_scale_residual_shuffle(
+    kernels: str, mode: str, contiguous: bool, shuffle: int
+) -> None:
+    """``conv(x, relu=, scale=, residual=, shuffle=)`` is ``pixel_shuffle(relu(conv(x))) * scale +
+    residual`` on every path (a non-contiguous residual is added by torch after the kernel)."""
+    conv = masked(nn.Conv2d(5, 8, 3, padding=1), 0.8)
     layer = SparseConv2d(conv, sparse._Plan(min_speedup=0.0 if mode == "sparse" else math.inf))
     x = torch.randn(2, 5, 6, 9)
-    residual = torch.randn(2, 9, 6, 7).permute(0, 3, 2, 1) if not contiguous else torch.randn(2, 7, 6, 9)
+    shape = (2, 8 // shuffle**2, 6 * shuffle, 9 * shuffle)
+    residual = torch.randn(shape[::-1]).permute(3, 2, 1, 0) if not contiguous else torch.randn(shape)
     with torch.inference_mode():
-        got = layer(x, relu=True, scale=0.1, residual=residual)
-        torch.testing.assert_close(got, residual + 0.1 * conv(x).relu(), atol=1e-5, rtol=0)
-        torch.testing.assert_close(layer(x, scale=-2.0), -2.0 * conv(x), atol=1e-5, rtol=0)
+        expected = residual + 0.1 * torch.pixel_shuffle(conv(x).relu(), shuffle)
+        got = layer(x, relu=True, scale=0.1, residual=residual, shuffle=shuffle)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+        expected = -2.0 * torch.pixel_shuffle(conv(x), shuffle)
+        torch.testing.assert_close(layer(x, scale=-2.0, shuffle=shuffle), expected, atol=1e-5, rtol=0)
     assert layer.mode == mode
 
 
@@ -89,7 +98,7 @@ def test_slower_fused_block_runs_the_sparse_layers(monkeypatch: pytest.MonkeyPat
     slow = FusedSwinBlock._fused
 
     def slowed(self: FusedSwinBlock, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-        time.sleep(0.2)  # far beyond any load-induced noise in the per-layer path's time
+        time.sleep(0.5)  # far beyond any load-induced noise in the per-layer path's time
         return slow(self, x, size)
 
     monkeypatch.setattr(FusedSwinBlock, "_fused", slowed)

@@ -183,7 +183,7 @@ def test_c_kernel_wrappers_refuse_out_of_bounds_access() -> None:
 @pytest.mark.parametrize("ratio", [0.3, 0.9])
 def test_c_kernel_groups_of_input_channels(ratio: float) -> None:
     """Dense enough layers run in groups of input channels (outputs accumulated group by group, bias in the
-    first, epilogue after the last): the same result."""
+    first, epilogue after the last; also into pixel-shuffled outputs): the same result."""
     if spmm.load() is None:
         pytest.skip("no C compiler")
     conv = masked(nn.Conv2d(48, 12, 3, padding=1), ratio)
@@ -192,6 +192,8 @@ def test_c_kernel_groups_of_input_channels(ratio: float) -> None:
     with torch.inference_mode():
         got = layer(x, relu=True, scale=0.5, residual=residual)
         torch.testing.assert_close(got, residual + 0.5 * conv(x).relu(), atol=1e-5, rtol=0)
+        expected = torch.pixel_shuffle(conv(x), 2)
+        torch.testing.assert_close(layer(x, shuffle=2), expected, atol=1e-5, rtol=0)
     _, groups = layer._offsets[1]
     assert groups == round(48 * (1 - ratio) * 9 / sparse.GROUP_NONZEROS) > 1
 

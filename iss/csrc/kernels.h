@@ -45,7 +45,12 @@ typedef struct {
 
 static const epilogue PLAIN = {0, 1.0f, NULL};
 
-void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int64_t in_row, int64_t rows,
-              int64_t width, int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val,
-              const float *bias, int accumulate, epilogue ep);
+/* Where iss_spmm writes output (co, r, x): see at() in spmm.c. step 1: co * co + r * row + x. */
+typedef struct {
+    int64_t co, row, sub, step;
+} layout;
+
+void iss_spmm(float *out, layout o, const float *in, int64_t in_row, int64_t rows, int64_t width,
+              int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val, const float *bias,
+              int accumulate, epilogue ep);
 #endif

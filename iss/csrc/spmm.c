@@ -1,7 +1,7 @@
 /* Sparse x dense products behind iss.sparse, built on first use by iss/spmm.py (plain C, no Python API).
  *
  * The core, iss_spmm, computes
- *   out[co*out_co + r*out_row + x] = epilogue(bias[co] + sum_k val[k] * in[off[k] + r*in_row + x])
+ *   out[at(co) + r*row + x*step] = epilogue(bias[co] + sum_k val[k] * in[off[k] + r*in_row + x])
  * for co < cout, r < rows, x < width, k over the non-zeros of output row co (CSR: rowptr, off, val); with
  * `accumulate` the sum starts from the output's current value instead of the bias.
  * `off` folds the input channel and, for a convolution, the kernel tap into one element offset, so a k x k
@@ -15,46 +15,75 @@
 
 int iss_lanes(void) { return LANES; }
 
-static inline vec finish(vec v, epilogue ep, const float *res)
+/* Offset of output channel co's first element: with step s > 1 the outputs go where a pixel shuffle by s
+ * puts them (channel co = c s^2 + i s + j lands in channel c, sub-row i, every s-th column from j). */
+static inline int64_t at(layout o, int64_t co)
+{
+    const int64_t s = o.step;
+    return s == 1 ? co * o.co : co / (s * s) * o.co + co / s % s * o.sub + co % s;
+}
+
+static inline vec load_at(const float *p, int64_t step)
+{
+    if (step == 1) return load(p);
+    vec v;
+    for (int l = 0; l < LANES; l++) v[l] = p[l * step];
+    return v;
+}
+
+static inline void store_at(float *p, vec v, int64_t step)
+{
+    if (step == 1) {
+        store(p, v);
+        return;
+    }
+    for (int l = 0; l < LANES; l++) p[l * step] = v[l];
+}
+
+static inline vec finish(vec v, epilogue ep, const float *res, int64_t step)
 {
     if (ep.relu) v = relu(v);
     v *= ep.scale;
-    return res ? v + load(res) : v;
+    return res ? v + load_at(res, step) : v;
 }
 
-void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int64_t in_row, int64_t rows,
-              int64_t width, int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val,
-              const float *bias, int accumulate, epilogue ep)
+void iss_spmm(float *out, layout o, const float *in, int64_t in_row, int64_t rows, int64_t width,
+              int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val, const float *bias,
+              int accumulate, epilogue ep)
 {
+    const int64_t s = o.step;
     for (int64_t co = 0; co < cout; co++) {
         const int32_t first = rowptr[co], last = rowptr[co + 1];
         const float b = bias ? bias[co] : 0.0f;
         for (int64_t r = 0; r < rows; r++) {
             const float *src = in + r * in_row;
-            float *dst = out + co * out_co + r * out_row;
-            const float *res = ep.res ? ep.res + co * out_co + r * out_row : NULL;
+            float *dst = out + at(o, co) + r * o.row;
+            const float *res = ep.res ? ep.res + at(o, co) + r * o.row : NULL;
             int64_t x = 0;
             for (; x + BLOCK * LANES <= width; x += BLOCK * LANES) {
                 vec acc[BLOCK];
-                for (int j = 0; j < BLOCK; j++) acc[j] = accumulate ? load(dst + x + j * LANES) : splat(b);
+                for (int j = 0; j < BLOCK; j++)
+                    acc[j] = accumulate ? load_at(dst + (x + j * LANES) * s, s) : splat(b);
                 for (int32_t k = first; k < last; k++) {
                     const float *p = src + off[k] + x;
                     const vec w = splat(val[k]);
                     for (int j = 0; j < BLOCK; j++) acc[j] += w * load(p + j * LANES);
                 }
-                for (int j = 0; j < BLOCK; j++)
-                    store(dst + x + j * LANES, finish(acc[j], ep, res ? res + x + j * LANES : NULL));
+                for (int j = 0; j < BLOCK; j++) {
+                    const int64_t e = (x + j * LANES) * s;
+                    store_at(dst + e, finish(acc[j], ep, res ? res + e : NULL, s), s);
+                }
             }
             for (; x + LANES <= width; x += LANES) {
-                vec acc = accumulate ? load(dst + x) : splat(b);
+                vec acc = accumulate ? load_at(dst + x * s, s) : splat(b);
                 for (int32_t k = first; k < last; k++) acc += splat(val[k]) * load(src + off[k] + x);
-                store(dst + x, finish(acc, ep, res ? res + x : NULL));
+                store_at(dst + x * s, finish(acc, ep, res ? res + x * s : NULL, s), s);
             }
             for (; x < width; x++) {
-                float acc = accumulate ? dst[x] : b;
+                float acc = accumulate ? dst[x * s] : b;
                 for (int32_t k = first; k < last; k++) acc += val[k] * src[off[k] + x];
                 if (ep.relu && acc < 0.0f) acc = 0.0f;
-                dst[x] = acc * ep.scale + (res ? res[x] : 0.0f);
+                dst[x * s] = acc * ep.scale + (res ? res[x * s] : 0.0f);
             }
         }
     }
@@ -67,12 +96,13 @@ void iss_spmm(float *out, int64_t out_co, int64_t out_row, const float *in, int6
  * channels the weights read; `off` is computed for this plane and ld. The weights come in `groups` CSR
  * matrices of cout rows (rowptr has groups * cout + 1 entries), each reading a range of input channels: one
  * group's part of the buffer stays in L1/L2 while all outputs accumulate it. The epilogue's `res` (NULL, or
- * a contiguous [cout][h][w] tensor) is added after ReLU and scaling, after the last group. */
+ * a contiguous tensor shaped like out) is added after ReLU and scaling, after the last group. With
+ * `shuffle` s > 1, out is the pixel-shuffled [cout / s^2][h s][w s] instead. */
 void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t xs, const int64_t *channels,
                     int64_t cin, int64_t h, int64_t w, int64_t p, int64_t r0, int64_t r1, int64_t c0,
                     int64_t c1, int64_t rows, float *buf, int64_t plane, int64_t ld, int64_t cout,
                     int64_t groups, const int32_t *rowptr, const int32_t *off, const float *val,
-                    const float *bias, int64_t relu, float scale, const float *res)
+                    const float *bias, int64_t relu, float scale, const float *res, int64_t shuffle)
 {
     const int64_t tw = c1 - c0 + 2 * p;                   /* padded tile width */
     const int64_t x0 = c0 - p < 0 ? 0 : c0 - p;           /* input columns copied: [x0, x1) */
@@ -98,10 +128,13 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
                 memset(dst + tw - trail, 0, trail * sizeof *dst);
             }
         }
-        const epilogue ep = {(int)relu, scale, res ? res + top * w + c0 : NULL};
+        const int64_t s = shuffle, row = s * s * w; /* one input row: s output rows of w s */
+        const layout o = {h * w * s * s, row, w * s, s};
+        const int64_t first = top * row + c0 * s;
+        const epilogue ep = {(int)relu, scale, res ? res + first : NULL};
         for (int64_t g = 0; g < groups; g++)
-            iss_spmm(out + top * w + c0, h * w, w, buf, ld, n, c1 - c0, cout, rowptr + g * cout, off, val,
-                     bias, g > 0, g == groups - 1 ? ep : PLAIN);
+            iss_spmm(out + first, o, buf, ld, n, c1 - c0, cout, rowptr + g * cout, off, val, bias, g > 0,
+                     g == groups - 1 ? ep : PLAIN);
     }
 }
 
@@ -118,7 +151,7 @@ void iss_linear_tokens(float *out, const float *in, int64_t cin, int64_t cout, i
         const int64_t n = t1 - first < ld ? t1 - first : ld;
         for (int64_t t = 0; t < n; t++)
             for (int64_t c = 0; c < cin; c++) xt[c * ld + t] = in[(first + t) * cin + c];
-        iss_spmm(yt, ld, 0, xt, 0, 1, n, cout, rowptr, off, val, bias, 0, PLAIN);
+        iss_spmm(yt, (layout){ld, 0, 0, 1}, xt, 0, 1, n, cout, rowptr, off, val, bias, 0, PLAIN);
         for (int64_t t = 0; t < n; t++)
             for (int64_t c = 0; c < cout; c++) out[(first + t) * cout + c] = yt[c * ld + t];
     }

@@ -154,7 +154,7 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
 static void linear(float *out, const float *in, int64_t cout, int64_t n, const csr *wt, const float *res)
 {
     const epilogue ep = {0, 1.0f, res};
-    iss_spmm(out, n, 0, in, 0, 1, n, cout, wt->rowptr, wt->off, wt->val, wt->bias, 0, ep);
+    iss_spmm(out, (layout){n, 0, 0, 1}, in, 0, 1, n, cout, wt->rowptr, wt->off, wt->val, wt->bias, 0, ep);
 }
 
 /* Windows [w0, w1) (row-major window order) of one image: in and out are token-major [h*w][c] (different
