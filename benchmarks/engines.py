@@ -213,8 +213,9 @@ def reply(proc: subprocess.Popen) -> dict:
     """The worker's next answer; RuntimeError with its message if it failed or died."""
     line = proc.stdout.readline()
     if not line:
-        status, errors = proc.wait(), proc.stderr.read().strip().splitlines()
-        raise RuntimeError(f"worker exited with status {status}: {(errors or [''])[-1][:200]}")
+        status, errors = proc.wait(), proc.stderr.read().strip().splitlines() or [""]
+        cause = next((e for e in errors if e.lower().startswith(("assert", "error", "fatal"))), errors[-1])
+        raise RuntimeError(f"worker exited with status {status}: {cause.strip()[:200]}")
     answer = json.loads(line)
     if "error" in answer:
         proc.wait()
