@@ -41,11 +41,18 @@ import iss.archs
 import iss.checkpoint
 import iss.pruning
 import iss.spmm
+from iss.fused import FusedSwinBlock
 from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
 
 ARCHS = ("edsr-l", "swinir-light")
 RATIOS = (0.9, 0.95, 0.99)
-LAYER_TYPES = {nn.Conv2d: "conv", SparseConv2d: "conv", nn.Linear: "linear", SparseLinear: "linear"}
+LAYER_TYPES = {
+    nn.Conv2d: "conv",
+    SparseConv2d: "conv",
+    nn.Linear: "linear",
+    SparseLinear: "linear",
+    FusedSwinBlock: "swin",  # a whole fused Swin block (its Linears, attention, norms) in one C pass
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -89,7 +96,8 @@ def timed(model: nn.Module, x: torch.Tensor) -> float:
 
 
 def layer_type_times(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
-    """Seconds spent in conv and linear layers (forward hooks) and in everything else, for one run."""
+    """Seconds spent in conv and linear layers and fused Swin blocks (forward hooks; a block that fell back
+    to its layers counts in them) and in everything else, for one run."""
     spent: dict[str, float] = defaultdict(float)
     starts: dict[int, float] = {}
     handles = []
@@ -102,7 +110,8 @@ def layer_type_times(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
             starts[id(m)] = time.perf_counter()
 
         def post(m: nn.Module, _args: object, _out: object, kind: str = kind) -> None:
-            spent[kind] += time.perf_counter() - starts[id(m)]
+            if getattr(m, "mode", "") != "layers":  # a Swin block running its layers: they count themselves
+                spent[kind] += time.perf_counter() - starts[id(m)]
 
         handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
     try:
@@ -110,11 +119,8 @@ def layer_type_times(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
     finally:
         for h in handles:
             h.remove()
-    return {
-        "conv": spent["conv"],
-        "linear": spent["linear"],
-        "other": total - spent["conv"] - spent["linear"],
-    }
+    inside = spent["conv"] + spent["linear"] + spent["swin"]
+    return {"conv": spent["conv"], "linear": spent["linear"], "swin": spent["swin"], "other": total - inside}
 
 
 def peak_rss_mib() -> float:
@@ -206,7 +212,10 @@ def bench_arch(args: argparse.Namespace, arch: str, threads: int) -> list[dict]:
             err = (out - masked(x)).abs().max().item()
         modes = list(layer_modes(sparse).values())
         info[str(ratio)] = dict(
-            calibration_s=calibration, max_abs_err=err, sparse_layers=modes.count("sparse"), layers=len(modes)
+            calibration_s=calibration,
+            max_abs_err=err,
+            layers=len(modes),
+            sparse_layers=sum(mode in ("sparse", "fused") for mode in modes),  # layers, and fused Swin blocks
         )
         models[str(ratio)] = sparse
         del masked
@@ -249,10 +258,11 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
         f"{env['load_before']} before / {env['load_after']} after (shared machine). {args.reps} interleaved "
         "repetitions; speedup = median dense / median sparse (min-based in brackets). Random per-layer masks "
         "with exactly `ceil(ratio * n)` zeros (the scratch pruner) on a random-init model. "
-        "conv / linear / other = ms inside Conv2d, Linear and everything else (one extra hooked run each).",
+        "conv / linear / swin / other = ms inside Conv2d, Linear, fused Swin blocks (`iss.fused`) and "
+        "everything else (one extra hooked run each).",
         "",
-        "| arch | threads | ratio | dense ms | sparse ms | speedup | sparse layers "
-        "| dense conv / linear / other | sparse conv / linear / other | max abs err | first call s |",
+        "| arch | threads | ratio | dense ms | sparse ms | speedup | sparse layers (fused blocks count 1) "
+        "| dense conv / linear / other | sparse conv / linear / swin / other | max abs err | first call s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -261,8 +271,8 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
             f"| {r['arch']} | {r['threads']} | {r['ratio']} | {r['dense_ms']:.0f} | {r['sparse_ms']:.0f} "
             f"| **{r['speedup']:.2f}x** ({r['speedup_min']:.2f}x) | {r['sparse_layers']}/{r['layers']} "
             f"| {d['conv']:.0f} / {d['linear']:.0f} / {d['other']:.0f} "
-            f"| {s['conv']:.0f} / {s['linear']:.0f} / {s['other']:.0f} | {r['max_abs_err']:.1e} "
-            f"| {r['calibration_s']:.1f} |"
+            f"| {s['conv']:.0f} / {s['linear']:.0f} / {s['swin']:.0f} / {s['other']:.0f} "
+            f"| {r['max_abs_err']:.1e} | {r['calibration_s']:.1f} |"
         )
     if memory:
         lines += [
