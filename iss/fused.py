@@ -64,7 +64,6 @@ class FusedSwinBlock(nn.Module):
         self.mode = "undecided"  # -> "fused" or "layers"
         self._plan = plan
         self._weights: spmm.SwinBlock | None = _swin_weights(block)
-        self._masks: dict[tuple[int, int], Tensor] = {}  # size -> transposed shifted-window mask
 
     def forward(self, x: Tensor, size: tuple[int, int]) -> Tensor:
         if x.dtype != torch.float32 and self.block is not None:  # the kernel is float32-only
@@ -86,17 +85,7 @@ class FusedSwinBlock(nn.Module):
         if use_fused:
             self.block = None
         else:
-            self._weights, self._masks = None, {}
-
-    def _mask(self, size: tuple[int, int]) -> Tensor | None:
-        """The block's additive shifted-window mask for ``size``, transposed as the kernel reads it."""
-        if not self._weights.shift:
-            return None
-        if size not in self._masks:
-            ws, shift = self._weights.window_size, self._weights.shift
-            mask = shifted_window_mask(size, (ws, ws), (shift, shift), torch.device("cpu"))
-            self._masks[size] = mask.transpose(1, 2).contiguous().float()
-        return self._masks[size]
+            self._weights = None
 
     def _fused(self, x: Tensor, size: tuple[int, int]) -> Tensor:
         """Every window of every image through ``iss_swin_windows``, spread over the pool's threads."""
@@ -105,15 +94,14 @@ class FusedSwinBlock(nn.Module):
             raise ValueError(f"the fused Swin block runs float32 on CPU, got {x.dtype} on {x.device.type}")
         tokens = x.contiguous()
         out = torch.empty_like(tokens)
-        mask = self._mask(size)
         count = (h // weights.window_size) * (w // weights.window_size)
         step = max(1, math.ceil(count * x.shape[0] / (4 * torch.get_num_threads())))
         jobs = [(i, start) for i in range(x.shape[0]) for start in range(0, count, step)]
 
         def job(start: tuple[int, int], buffers: list[Tensor]) -> None:
             i, first = start
-            spmm.swin_windows(out[i], tokens[i], weights, size=size, mask=mask,
-                              windows=range(first, min(count, first + step)), buffer=buffers[0])  # fmt: skip
+            windows = range(first, min(count, first + step))
+            spmm.swin_windows(out[i], tokens[i], weights, size=size, windows=windows, buffer=buffers[0])
 
         n = weights.window_size**2
         nnz = sum(csr.values.numel() for csr, _ in weights.linears)
@@ -156,14 +144,19 @@ def _swin_weights(block: SwinTransformerBlock) -> spmm.SwinBlock:
     )
     with torch.no_grad():
         position_bias = attn.position_bias().transpose(1, 2).contiguous().float()
+    ws, shift, mask = block.window_size, block.shift_size, None
+    if shift:  # a 2x2-window image has one window of each kind (see spmm.SwinBlock)
+        mask = shifted_window_mask((2 * ws, 2 * ws), (ws, ws), (shift, shift), torch.device("cpu"))
+        mask = mask.transpose(1, 2).contiguous().float()
     weights = spmm.SwinBlock(
-        window_size=block.window_size,
-        shift=block.shift_size,
+        window_size=ws,
+        shift=shift,
         heads=attn.num_heads,
         norm1=(f32(block.norm1.weight), f32(block.norm1.bias), block.norm1.eps),
         norm2=(f32(block.norm2.weight), f32(block.norm2.bias), block.norm2.eps),
         linears=linears,
         position_bias=position_bias,
+        mask=mask,
     )
     weights.check()
     return weights

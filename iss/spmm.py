@@ -248,7 +248,9 @@ class SwinBlock:
 
     The Linears are CSR with offsets ``input channel * window_size**2`` (channel-major window buffers), the
     qkv query rows pre-scaled by ``head_dim**-0.5``; ``position_bias`` is [heads, N, N] transposed
-    ([head, key, query]); norms are (weight, bias, eps).
+    ([head, key, query]); norms are (weight, bias, eps). ``mask`` (None for an unshifted block) holds the
+    shifted-window masks of a 2x2-window image, transposed likewise: windows 1, 2, 3 are those of any image's
+    last column, last row, and both; the others have none.
     """
 
     window_size: int
@@ -258,6 +260,7 @@ class SwinBlock:
     norm2: tuple[Tensor, Tensor, float]
     linears: tuple[tuple[OffsetCSR, Tensor | None], ...]  # qkv, proj, fc1, fc2
     position_bias: Tensor
+    mask: Tensor | None
 
     @property
     def channels(self) -> int:
@@ -289,28 +292,30 @@ class SwinBlock:
         if self.position_bias.shape != (self.heads, n, n):
             raise ValueError(f"swin block: position bias must be ({self.heads}, {n}, {n})")
         _check_floats(self.position_bias.flatten(), self.heads * n * n, "position bias")
+        if (self.mask is None) != (self.shift == 0):
+            raise ValueError("swin block: a shifted block needs its masks, an unshifted one none")
+        if self.mask is not None:
+            _check_floats(self.mask.flatten(), 4 * n * n, "mask")
 
-    def _struct(self, h: int, w: int, mask: Tensor | None) -> _SwinBlockC:
+    def _struct(self, h: int, w: int) -> _SwinBlockC:
         (g1, b1, eps1), (g2, b2, eps2) = self.norm1, self.norm2
         linears = [_CSRC(w.rowptr.data_ptr(), w.offsets.data_ptr(), w.values.data_ptr(), _ptr(b))
                    for w, b in self.linears]  # fmt: skip
         return _SwinBlockC(
             h, w, self.channels, self.window_size, self.shift, self.heads, self.hidden,
             g1.data_ptr(), b1.data_ptr(), g2.data_ptr(), b2.data_ptr(), eps1, eps2, *linears,
-            self.position_bias.data_ptr(), _ptr(mask),
+            self.position_bias.data_ptr(), _ptr(self.mask),
         )  # fmt: skip
 
 
 def swin_windows(
-    out: Tensor, tokens: Tensor, block: SwinBlock, *, size: tuple[int, int], mask: Tensor | None,
-    windows: range, buffer: Tensor,
-) -> None:  # fmt: skip
+    out: Tensor, tokens: Tensor, block: SwinBlock, *, size: tuple[int, int], windows: range, buffer: Tensor
+) -> None:
     """Windows ``windows`` (row-major) of one Swin block on one image: ``tokens`` and ``out`` are [H*W, C]
-    token-major, ``size`` is (H, W), multiples of the window; ``mask`` the shifted-window mask
-    [windows, N, N] transposed (None for an unshifted block). ``block`` must have passed ``check()``."""
+    token-major, ``size`` is (H, W), multiples of the window. ``block`` must have passed ``check()``."""
     lib = _library()
     (h, w), ws, c = size, block.window_size, block.channels
-    count, n = (h // ws) * (w // ws), ws * ws
+    count = (h // ws) * (w // ws)
     if h % ws or w % ws or tokens.shape != (h * w, c) or out.shape != tokens.shape:
         raise ValueError(f"swin_windows: tokens {tuple(tokens.shape)} do not fit {size} x {c} channels")
     if not all(t.dtype == torch.float32 and t.is_contiguous() for t in (out, tokens, buffer)):
@@ -319,13 +324,9 @@ def swin_windows(
         raise ValueError("swin_windows: output must differ from the input, and the buffer hold one window")
     if windows.step != 1 or not 0 <= windows.start <= windows.stop <= count:
         raise ValueError(f"swin_windows: windows {windows} outside 0..{count}")
-    if (mask is None) != (block.shift == 0) or (mask is not None and mask.shape != (count, n, n)):
-        raise ValueError("swin_windows: a shifted block needs its (windows, N, N) mask, an unshifted none")
-    if mask is not None:
-        _check_floats(mask.flatten(), count * n * n, "mask")
     if not windows:
         return
-    struct = block._struct(h, w, mask)
+    struct = block._struct(h, w)
     lib.iss_swin_windows(
         out.data_ptr(), tokens.data_ptr(), ctypes.byref(struct), windows.start, windows.stop,
         buffer.data_ptr(),

@@ -19,7 +19,8 @@ typedef struct {
     float eps1, eps2;
     csr qkv, proj, fc1, fc2;    /* qkv's query rows (weights and bias) pre-multiplied by head_dim^-0.5 */
     const float *position_bias; /* [heads][N][N], transposed: [h][key][query] */
-    const float *mask;          /* NULL or [windows][N][N], transposed likewise */
+    const float *mask; /* NULL (no shift) or [4][N][N], transposed likewise: windows of the last column (1),
+                        * the last row (2), both (3); the cyclic shift mixes regions in no other window */
 } swin_block;
 
 /* exp(x) for x <= 0, Cephes' single-precision polynomial (relative error ~1e-7). */
@@ -167,6 +168,8 @@ void iss_swin_windows(float *out, const float *in, const swin_block *b, int64_t 
     int64_t token[n];
     for (int64_t wi = w0; wi < w1; wi++) {
         const int64_t wy = wi / across * b->ws, wx = wi % across * b->ws;
+        const int64_t kind = 2 * (wy + b->ws == b->h) + (wx + b->ws == b->w);
+        const float *mask = b->mask && kind ? b->mask + kind * n * n : NULL;
         for (int64_t i = 0; i < n; i++) {
             const int64_t y = (wy + i / b->ws + b->shift) % b->h, xx = (wx + i % b->ws + b->shift) % b->w;
             token[i] = y * b->w + xx;
@@ -176,8 +179,8 @@ void iss_swin_windows(float *out, const float *in, const swin_block *b, int64_t 
         linear(qkv, t, 3 * c, n, &b->qkv, NULL);
         for (int64_t hh = 0; hh < b->heads; hh++) {
             const float *q = qkv + hh * d * n;
-            attend(o + hh * d * n, q, q + c * n, q + 2 * c * n, d, n, b->position_bias + hh * n * n,
-                   b->mask ? b->mask + wi * n * n : NULL, scores);
+            attend(o + hh * d * n, q, q + c * n, q + 2 * c * n, d, n, b->position_bias + hh * n * n, mask,
+                   scores);
         }
         linear(x, o, c, n, &b->proj, x); /* x += proj(o), in place: each output reads only its own input */
         layer_norm(t, x, c, n, b->norm2_w, b->norm2_b, b->eps2);
