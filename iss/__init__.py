@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "archs", "pruning", "resize", "metrics", "data", "infer", "evaluate",
-    "train", "train_config", "checkpoint", "hub", "zoo", "sparse", "spmm", "registry",
+    "train", "train_config", "checkpoint", "hub", "zoo", "sparse", "fused", "spmm", "registry",
 )  # fmt: skip
 _FUNCTIONS = {"imresize": "resize", "sparsify": "sparse"}
 
