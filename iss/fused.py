@@ -66,6 +66,8 @@ class FusedSwinBlock(nn.Module):
         self._weights: spmm.SwinBlock | None = _swin_weights(block)
 
     def forward(self, x: Tensor, size: tuple[int, int]) -> Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise ValueError("fused blocks are inference-only: call them under torch.inference_mode()")
         if x.dtype != torch.float32 and self.block is not None:  # the kernel is float32-only
             return self.block(x, size)
         if self.mode == "undecided":

@@ -186,3 +186,12 @@ def test_four_window_masks_cover_every_image_size(size: tuple[int, int]) -> None
     for wi, mask in enumerate(full):
         kind = 2 * (wi // cols == rows - 1) + (wi % cols == cols - 1)
         torch.testing.assert_close(mask, kinds[kind] if kind else torch.zeros_like(mask), atol=0, rtol=0)
+
+
+def test_fused_blocks_refuse_training_use() -> None:
+    needs_c()
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
+    fast = sparsify(model, min_speedup=0.0)
+    block = next(m for m in fast.modules() if isinstance(m, FusedSwinBlock))
+    with pytest.raises(ValueError, match="inference-only"):
+        block(torch.rand(1, 64, 12, requires_grad=True), (8, 8))
