@@ -46,13 +46,8 @@ def test_fused_swin_block_at_the_training_size_and_on_two_threads(monkeypatch: p
     model = masked(archs.build("swinir-light", 2, **SWIN), 0.9)
     fast = sparsify(model, min_speedup=0.0)
     x = torch.rand(1, 3, 64, 64)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with torch.inference_mode():
-            torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
-    finally:
-        torch.set_num_threads(previous)
+    with sparse._num_threads(2), torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("scale", [3, 4])

@@ -92,13 +92,8 @@ def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernels: s
     net = masked(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(2), nn.Linear(30, 16)), 0.9)
     fast = sparsify(net, min_speedup=0.0)
     x = torch.randn(3, 4, 5, 6)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with torch.inference_mode():
-            torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
-    finally:
-        torch.set_num_threads(previous)
+    with sparse._num_threads(2), torch.inference_mode():
+        torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
     assert threading.get_ident() not in ran_on and ran_on
 
 
