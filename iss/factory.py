@@ -234,6 +234,7 @@ def train_plan(
 
     until = time.time() + 60 * minutes
     work.mkdir(parents=True, exist_ok=True)
+    (work / "plan.json").write_text(plan.path.read_text())  # what the cells were trained from
     queue = pending(plan, work, data_dir / "benchmarks")
     if device == "cpu" or not torch.cuda.is_available():
         threads = threads or max(1, (os.cpu_count() or 1) // jobs)
@@ -385,31 +386,32 @@ def add_to_zoo(
 
 # ------------------------------------------------------------------------------------------------ commands
 
-COMMANDS = ("train", "cell", "status", "add")
+COMMANDS = ("train", "cell", "status", "add", "budget", "pack", "export")
 
 
 def add_commands(sub: Any, common: Any) -> None:
     """``zoo train|cell|status|add`` (the factory's part of ``python -m iss zoo``)."""
     planned = type(common)(add_help=False)
     planned.add_argument("--plan", type=Path, default=REPO_ROOT / "checkpoints" / "zoo_plan.json")
-    planned.add_argument("--work", type=Path, required=True, help="folder of the cells' runs")
     planned.add_argument(
         "--data-dir",
         type=Path,
         default=os.environ.get("ISS_DATA_DIR"),
         help="folder holding the plan's train_data and benchmarks/ (default $ISS_DATA_DIR)",
     )
+    worked = type(common)(add_help=False, parents=[planned])
+    worked.add_argument("--work", type=Path, required=True, help="folder of the cells' runs")
     running = type(common)(add_help=False)
     running.add_argument("--device", default="auto", help="cuda, cpu (default: cuda when available)")
     running.add_argument("--threads", type=int, help="torch CPU threads per cell (default: cores / jobs)")
     running.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
-    train = sub.add_parser("train", parents=[planned, running], help="train the plan's next cells")
+    train = sub.add_parser("train", parents=[worked, running], help="train the plan's next cells")
     train.add_argument("--minutes", type=float, required=True, help="stop cleanly within this time")
-    cell = sub.add_parser("cell", parents=[planned, running], help="(used by zoo train) one cell's worker")
+    cell = sub.add_parser("cell", parents=[worked, running], help="(used by zoo train) one cell's worker")
     cell.add_argument("name")
     cell.add_argument("--until", type=float, required=True, help="deadline as a Unix time")
-    sub.add_parser("status", parents=[planned], help="the plan's cells: progress, speed, metrics")
-    add = sub.add_parser("add", parents=[planned, common], help="merge finished cells into the zoo manifest")
+    sub.add_parser("status", parents=[worked], help="the plan's cells: progress, speed, metrics")
+    add = sub.add_parser("add", parents=[worked, common], help="merge finished cells into the zoo manifest")
     add.add_argument(
         "--datasets",
         default="Set5,Set14,B100,Urban100,Manga109",
@@ -417,15 +419,41 @@ def add_commands(sub: Any, common: Any) -> None:
     )
     add.add_argument("--cells", help="only these cells (comma-separated names)")
     add.add_argument("--force", action="store_true", help="let a CPU-trained cell replace a GPU-trained one")
+    budget = sub.add_parser("budget", parents=[worked], help="set the plan's iterations from throughput")
+    budget.add_argument("--throughput", type=Path, required=True, help="benchmarks/train_throughput.py JSON")
+    budget.add_argument("--cell-minutes", type=float, required=True, help="training minutes per cell")
+    budget.add_argument("--jobs", type=int, default=1, help="cells that will train at once")
+    pack = sub.add_parser("pack", parents=[planned], help="copy the plan's data for a GPU machine")
+    pack.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="ignored folder to carry")
+    pack.add_argument("--budget-mib", type=float, default=60, help="tracked files + pack stay under this")
+    export = sub.add_parser("export", parents=[worked], help="tar the cells' results to bring them back")
+    export.add_argument("--out", type=Path, required=True, help="folder for cells-<k>.tar.gz")
+    export.add_argument("--max-mib", type=float, default=15, help="largest archive")
 
 
 def run(args: Any) -> int:
     """Run one of ``COMMANDS``."""
     from .cli import UsageError
+    from .pack import export_cells, pack_data
+    from .plan import fit_budgets
 
-    if args.data_dir is None and args.zoo_command != "status":
+    if args.data_dir is None and args.zoo_command in ("train", "cell", "add", "pack"):
         raise UsageError("pass --data-dir (or set ISS_DATA_DIR): the folder holding train/ and benchmarks/")
+    if args.zoo_command == "budget":
+        started = {c.group for c, r in status(load_plan(args.plan), args.work) if r.iterations}
+        throughput = json.loads(args.throughput.read_text())
+        budgets = fit_budgets(args.plan, throughput, args.cell_minutes, jobs=args.jobs, skip=started)
+        for group, iters in budgets.items():
+            print(f"{group}: {iters} iterations")
+        print(f"kept the budgets of started groups: {', '.join(sorted(started)) or '-'}")
+        return 0
     plan = load_plan(args.plan)
+    if args.zoo_command == "pack":
+        pack_data(plan, args.data_dir, args.out, budget_mib=args.budget_mib)
+        return 0
+    if args.zoo_command == "export":
+        export_cells(args.work, args.out, max_mib=args.max_mib)
+        return 0
     if args.zoo_command == "train":
         exits = train_plan(
             plan,
