@@ -226,10 +226,13 @@ def train_plan(
     jobs: int = 1,
     device: str = "auto",
     threads: int | None = None,
+    keep_going: bool = False,
     log=print,
 ) -> dict[str, int]:
     """Run pending cells, ``jobs`` at a time, each in its own process, until they are done or ``minutes``
-    have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline."""
+    have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline. A cell
+    that its group's measured speed says cannot finish in the time left is not started (the call ends
+    early, leaving the machine free), unless ``keep_going``."""
     from .data import TrainPatches
 
     until = time.time() + 60 * minutes
@@ -244,6 +247,10 @@ def train_plan(
     exits: dict[str, int] = {}
     while (queue or running) and time.time() < until - 5:
         while queue and len(running) < jobs:
+            if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
+                log(f"{queue[0].name} would not finish in the time left; stopping early")
+                queue.clear()
+                break
             cell = queue.pop(0)
             running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
             log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
@@ -256,6 +263,14 @@ def train_plan(
         exits[name] = process.wait()
         log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
     return exits
+
+
+def _fits(work: Path, plan: Plan, cell: Cell, seconds: float) -> bool:
+    """Whether ``cell`` can finish in ``seconds``, judged by the speed of its group's cells trained so far
+    (a cell of a group not measured yet is always started: its progress is kept for the next call)."""
+    record = CellRecord.read(work / cell.name, cell)
+    rates = [r.steps_per_second for c, r in status(plan, work) if c.group == cell.group and r.train_seconds]
+    return not rates or (cell.iters - record.iterations) / min(rates) < seconds
 
 
 def _start(
@@ -407,6 +422,9 @@ def add_commands(sub: Any, common: Any) -> None:
     running.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
     train = sub.add_parser("train", parents=[worked, running], help="train the plan's next cells")
     train.add_argument("--minutes", type=float, required=True, help="stop cleanly within this time")
+    train.add_argument(
+        "--keep-going", action="store_true", help="start cells even if they cannot finish in this call"
+    )
     cell = sub.add_parser("cell", parents=[worked, running], help="(used by zoo train) one cell's worker")
     cell.add_argument("name")
     cell.add_argument("--until", type=float, required=True, help="deadline as a Unix time")
@@ -463,6 +481,7 @@ def run(args: Any) -> int:
             jobs=args.jobs,
             device=args.device,
             threads=args.threads,
+            keep_going=args.keep_going,
         )
         print(format_status(plan, args.work))
         return 1 if any(exits.values()) else 0

@@ -130,6 +130,8 @@ def load_plan(path: str | os.PathLike) -> Plan:
         raise ValueError(f"cannot read plan {path}: {e}") from e
     if not isinstance(raw, dict) or raw.get("version") != 1 or not isinstance(raw.get("groups"), list):
         raise ValueError(f'{path}: expected {{"version": 1, "groups": [...]}}')
+    if unknown := sorted(set(raw) - {"version", "description", "train_data", "eval", "defaults", "groups"}):
+        raise ValueError(f"{path}: unknown fields {unknown}")
     defaults = raw.get("defaults", {})
     cells = [
         cell
