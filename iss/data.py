@@ -138,8 +138,8 @@ def _open(path: Path) -> Image.Image:
         with path.open("rb") as f:
             head = f.read(64).lstrip().lower()
         kinds = [f"looks like {kind}" for magic, kind in _SNIFF.items() if head.startswith(magic)]
-        what = "empty file" if not head else (kinds or ["unknown format"])[0]
-        raise ImageError(f"not an image ({what}); readable formats: {', '.join(FORMATS)}") from None
+        what = "empty file" if not head else (kinds or [f"readable formats: {', '.join(FORMATS)}"])[0]
+        raise ImageError(f"not an image ({what})") from None
 
 
 def _check_pixels(size: tuple[int, int], max_pixels: int | None) -> None:

@@ -169,9 +169,14 @@ def test_pillows_own_bomb_limit_gets_the_same_kind_of_message(tmp_path: Path) ->
     with pytest.raises(ImageError, match=r"too large: over 178,956,970 pixels \(the limit is 178,956,970\)"):
         read_image(tmp_path / "h.png")  # no max_pixels: Pillow's decompression-bomb limit
     (tmp_path / "a.gif").write_bytes(b"GIF89a" + b"\x00" * 20)
-    with pytest.raises(ImageError, match=r"looks like a GIF\); readable formats: PNG, JPEG"):
+    with pytest.raises(ImageError, match=r"not an image \(looks like a GIF\)"):
         read_image(tmp_path / "a.gif")
     assert "GIF" not in FORMATS  # only the formats the loader documents are decoded
+    (tmp_path / "a.bin").write_bytes(b"\x00\x01 not a known kind of file")
+    with pytest.raises(
+        ImageError, match=r"not an image \(readable formats: PNG, JPEG, WEBP, BMP, TIFF, PPM\)"
+    ):
+        read_image(tmp_path / "a.bin")
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,12 @@ MODE_LR = "LR image: upscale it"
 MODES = (MODE_HR, MODE_LR)
 SCALES = (2, 3, 4)
 MAX_SIDE = {MODE_HR: 1024, MODE_LR: 512}  # input size caps (longest side), CPU-friendly
+MAX_PIXELS = 50_000_000  # larger inputs are refused from their header: decoding stays within ~300 MB
+MAX_UPLOAD_MB = 50  # the app's upload limit (Gradio refuses bigger files before they reach us)
+INPUT_POLICY = (
+    f"Upload a PNG, JPEG, WebP, BMP, TIFF or PPM image of at most {MAX_PIXELS // 1_000_000} megapixels "
+    f"and {MAX_UPLOAD_MB} MB."
+)
 TILE_ABOVE = 192  # LR inputs larger than this (either side) are upscaled in overlapping tiles
 TILE = 128
 URBAN100_CROPS = {
@@ -150,33 +156,62 @@ class Comparison:
 
 
 def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.ndarray | None, str]:
-    """Turn the uploaded image into (LR, HR or None, message): RGB uint8, capped, downscaled in HR mode."""
+    """Turn the input (an image file's path, a PIL image or an array) into (LR, HR or None, message).
+
+    Files are decoded by ``iss.data.decode_image`` within ``MAX_PIXELS`` and shrunk to the mode's cap while
+    decoding; the result is RGB uint8, downscaled with MATLAB bicubic to the LR in HR mode.
+    """
     if image is None:
         raise ValueError("upload an image or pick an example first")
     if mode not in MODES:
         raise ValueError(f"unknown input mode {mode!r}; choose one of: {', '.join(MODES)}")
-    if int(scale) not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale}")
-    img = iss.data.to_rgb_uint8(image)
-    notes = []
-    if isinstance(image, Image.Image) and image.mode not in ("RGB",):
-        notes.append(f"input mode {image.mode} converted to 8-bit RGB (alpha composited on white)")
     cap = MAX_SIDE[mode]
-    h, w = img.shape[:2]
-    if max(h, w) > cap:
-        factor = cap / max(h, w)
-        img = iss.imresize(img, factor)
+    img, (w, h), source_mode = _decode(image, cap)
+    notes = []
+    if source_mode != "RGB":
+        notes.append(f"input mode {source_mode} converted to 8-bit RGB (alpha composited on white)")
+    if max(w, h) > cap:
         notes.append(
-            f"input {w}x{h} is above the {cap}px cap for this mode: downscaled (MATLAB bicubic) to "
+            f"input {w}x{h} is above the {cap}px cap for this mode: downscaled (bicubic, antialiased) to "
             f"{img.shape[1]}x{img.shape[0]}"
         )
     if mode == MODE_LR:
         return img, None, "; ".join(notes)
-    hr = iss.data.modcrop(img, int(scale))
-    if min(hr.shape[:2]) < 4 * int(scale):
+    hr = iss.data.modcrop(img, scale)
+    if min(hr.shape[:2]) < 4 * scale:
         raise ValueError(f"the image is too small for x{scale}: {w}x{h}; use at least {4 * scale}px per side")
-    lr = iss.imresize(hr, 1 / int(scale))
+    lr = iss.imresize(hr, 1 / scale)
     return lr, hr, "; ".join(notes)
+
+
+def _decode(image: Any, cap: int) -> iss.data.Decoded:
+    """The input as RGB uint8 within ``MAX_PIXELS`` and ``cap``; a bad file's error names only the file."""
+    if isinstance(image, str | os.PathLike):
+        try:
+            return iss.data.decode_image(image, max_pixels=MAX_PIXELS, max_side=cap)
+        except iss.data.ImageError as e:
+            raise iss.data.ImageError(f"{Path(image).name}: {e.reason}. {INPUT_POLICY}") from None
+    rgb = iss.data.to_rgb_uint8(image, max_pixels=MAX_PIXELS, max_side=cap)
+    size = image.size if isinstance(image, Image.Image) else (image.shape[1], image.shape[0])
+    return iss.data.Decoded(rgb, size, image.mode if isinstance(image, Image.Image) else "RGB")
+
+
+def check_request(scale: Any, methods: Any, sparse: Any) -> tuple[int, list[str]]:
+    """The scale as an int and the methods as a list, or ``ValueError`` saying what a request got wrong.
+
+    The app hands ``/upscale``'s raw values here, so that an API client's mistake gets a one-line answer.
+    """
+    if isinstance(scale, str) and scale.strip().isdigit():
+        scale = int(scale)
+    if isinstance(scale, bool) or scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(map(str, SCALES))}, got {scale!r}")
+    if not isinstance(methods, list | tuple) or not all(isinstance(m, str) for m in methods):
+        raise ValueError(f"methods must be a list of method names such as ['{BICUBIC}'], got {methods!r:.80}")
+    if not methods:
+        raise ValueError("choose at least one method to compare")
+    if not isinstance(sparse, bool):
+        raise ValueError(f"sparse must be true or false, got {sparse!r:.40}")
+    return int(scale), list(dict.fromkeys(methods))
 
 
 def compare(
@@ -195,10 +230,9 @@ def compare(
     A method whose checkpoint is missing, corrupt or for another scale is not fatal: its table row says
     ``unavailable: <reason>`` and it is left out of the images.
     """
-    scale = int(scale)
+    scale, methods = check_request(scale, methods, sparse)
     device = device or default_device()
     lr, hr, message = prepare_input(image, mode, scale)
-    methods = list(dict.fromkeys(methods or [BICUBIC]))
     comp = Comparison(lr=lr, hr=hr)
     notes = [message] if message else []
     tile = TILE if max(lr.shape[:2]) > TILE_ABOVE else None
