@@ -148,11 +148,19 @@ def test_offline_without_cache_falls_back_to_bundled_with_a_warning(
     assert "using the bundled copy" in caplog.text and "offline" in caplog.text
 
 
-def test_corrupt_cached_file_is_refused(tmp_path: Path, isolated_hub: Path, offline: None) -> None:
+def test_corrupt_cached_file_is_moved_aside_and_the_bundled_copy_used(
+    tmp_path: Path, isolated_hub: Path, offline: None, caplog: pytest.LogCaptureFixture
+) -> None:
     entry = zoo.load_zoo(make_zoo(tmp_path, {"a": b"good weights!"}))[0]
-    cache_put(isolated_hub, REPO, "a.safetensors", b"evil weights!")  # same size, other bytes
-    with pytest.raises(ValueError, match=r"refusing checkpoint a: sha256 of downloaded from iss-sr/zoo@main"):
-        zoo.resolve(entry)
+    pointer = cache_put(isolated_hub, REPO, "a.safetensors", b"evil weights!")  # same size, other bytes
+    with caplog.at_level(logging.WARNING, logger="iss.zoo"):
+        found = zoo.locate(entry)
+    assert found.source == "bundled" and found.path.read_bytes() == b"good weights!"
+    assert "sha256 of downloaded from iss-sr/zoo@main" in found.refused and "moved it out" in found.refused
+    assert "using the bundled copy" in caplog.text and "tampered" in caplog.text
+    quarantined = tmp_path / "iss-cache" / "quarantine" / "a.safetensors"  # ISS_CACHE_DIR of isolated_hub
+    assert quarantined.read_bytes() == b"evil weights!" and not pointer.exists() and not pointer.is_symlink()
+    assert not list((isolated_hub / "models--iss-sr--zoo" / "blobs").iterdir())
 
 
 def test_tampered_bundled_file_is_refused(tmp_path: Path, offline: None) -> None:
@@ -254,15 +262,51 @@ def test_connection_refused_falls_back_to_bundled(tmp_path: Path) -> None:
     assert found.source == "bundled" and "ConnectError" in found.detail
 
 
-def test_corrupt_download_is_refused(tmp_path: Path, fakehub: FakeHub) -> None:
+def test_corrupt_download_falls_back_then_the_next_start_downloads_again(
+    tmp_path: Path, fakehub: FakeHub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 14 item 3: refused, moved out of the Hub cache, bundled copy used; a healthy Hub is used next."""
     data = b"genuine weights"
     fakehub.add_file(REPO, "a.safetensors", data)
     fakehub.corrupt.add("a.safetensors")
     entry = zoo.load_zoo(make_zoo(tmp_path, {"a": data}))[0]
-    with pytest.raises(
-        ValueError, match=r"refusing checkpoint a: sha256 of downloaded from iss-sr/zoo@main .* corrupt"
-    ):
+    with caplog.at_level(logging.WARNING, logger="iss.zoo"):
+        found = zoo.locate(entry, endpoint=fakehub.url)
+    assert found.source == "bundled" and found.path == entry.bundled
+    assert "corrupt or was tampered with" in found.refused and "using the bundled copy" in caplog.text
+    fakehub.corrupt.clear()  # the Hub is healthy again
+    n = len(fakehub.requests)
+    again = zoo.locate(entry, endpoint=fakehub.url)
+    assert again.source == "hub" and again.path.read_bytes() == data and not again.refused
+    assert [r for r in fakehub.requests[n:] if r[0] == "GET"]  # downloaded afresh, not served from the cache
+
+
+def test_corrupt_download_without_a_bundled_copy_says_both(tmp_path: Path, fakehub: FakeHub) -> None:
+    data = b"genuine weights"
+    fakehub.add_file(REPO, "a.safetensors", data)
+    fakehub.corrupt.add("a.safetensors")
+    entry = zoo.load_zoo(make_zoo(tmp_path, {"a": data}))[0]
+    entry.bundled.unlink()
+    with pytest.raises(FileNotFoundError, match=r"unavailable: sha256 of downloaded .* no bundled copy"):
         zoo.resolve(entry, endpoint=fakehub.url)
+
+
+def test_locate_all_bounds_a_slow_hub_in_total(tmp_path: Path, fakehub: FakeHub) -> None:
+    """Issue 17 item 5: four entries behind a hanging Hub cost one deadline, not four."""
+    files = {name: f"weights {name}".encode() for name in "abcd"}
+    for name, data in files.items():
+        fakehub.add_file(REPO, f"{name}.safetensors", data)
+    entries = zoo.load_zoo(make_zoo(tmp_path, files))
+    entries[3].bundled.unlink()
+    fakehub.delay = 5.0
+    start = time.perf_counter()
+    found = zoo.locate_all(entries, endpoint=fakehub.url, timeout=1.0)
+    assert time.perf_counter() - start < 2.5  # sequential: 4 s of timeouts
+    assert [f.source for f in found[:3]] == ["bundled"] * 3
+    assert all("1 s" in f.detail or "timed out" in f.detail for f in found[:3])
+    assert isinstance(found[3], FileNotFoundError) and "no bundled copy" in str(found[3])
+    fakehub.delay = 0.0
+    assert [f.source for f in zoo.locate_all(entries, endpoint=fakehub.url, timeout=5.0)] == ["hub"] * 4
 
 
 # -------------------------------------------------------------------------------------------- (c) publishing

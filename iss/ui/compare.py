@@ -50,6 +50,7 @@ URBAN100_CROPS = {
     "img_092": (300, 250),
 }  # x0, y0
 URBAN100_CROP_SIZE = 240
+_FOLDERS = re.compile(r"(?<![\w:/.~])(?:~|\.{1,2})?/(?:[^\s/'\"]+/)+(?=[^\s/'\"])")  # a path's folders
 TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "checkpoint", "time (s)"]
 
 
@@ -107,13 +108,27 @@ def method_choices(arch: str, scale: int, ratio: float | None, zoo_path: str | N
     return [BICUBIC, *matching]
 
 
+@functools.lru_cache(maxsize=4)
+def resolved_zoo(zoo_path: str | None = None) -> dict[str, Any]:
+    """Every zoo entry's verified local file (``iss.zoo.Resolved``) or the error saying why there is none.
+
+    Resolved once per process, all entries at once within one Hub deadline (``iss.zoo.locate_all``), so a
+    slow or failing Hub costs the first request at most that long, and no later request anything.
+    """
+    entries = zoo(zoo_path)
+    return dict(zip((e.name for e in entries), iss.zoo.locate_all(entries), strict=True))
+
+
 @functools.lru_cache(maxsize=16)
 def load_model(
     name: str, device: str = "cpu", sparse: bool = False, zoo_path: str | None = None
 ) -> tuple[nn.Module, dict]:
     """Load (Hub or bundled, sha256-checked) zoo entry ``name``, cached per (name, device, sparse)."""
-    entry = zoo_entry(name, zoo_path)
-    path = iss.zoo.resolve(entry)
+    zoo_entry(name, zoo_path)  # KeyError listing the names for an unknown one
+    found = resolved_zoo(zoo_path)[name]
+    if isinstance(found, Exception):
+        raise found.with_traceback(None)
+    path = found.path
     model, meta = iss.checkpoint.load(path, device=device)
     model.eval()
     kept, total = kept_weights(model)  # before sparsify: converted layers no longer hold a dense weight
@@ -240,14 +255,16 @@ def compare(
         try:
             sr, row = _run_method(name, lr, scale, device, sparse, zoo_path, tile)
         except (FileNotFoundError, ValueError, KeyError, OSError) as e:
-            comp.rows.append([name, f"unavailable: {_reason(e)}", "", "", "", "", ""])
-            notes.append(f"{name} is unavailable: {_reason(e, limit=400)}")
+            comp.rows.append([name, f"unavailable: {short_reason(e)}", "", "", "", "", ""])
+            notes.append(f"{name} is unavailable: {short_reason(e, limit=400)}")
             continue
         if hr is not None:
             row[1] = round(iss.metrics.psnr_y(sr, hr, crop_border=scale), 2)
             row[2] = round(iss.metrics.ssim_y(sr, hr, crop_border=scale), 4)
         comp.results[name] = sr
         comp.rows.append(row)
+        if refused := getattr(resolved_zoo(zoo_path).get(name), "refused", ""):
+            notes.append(f"{name}: Hub copy refused ({short_reason(refused, 200)}); bundled copy used")
     if not comp.results:
         raise ValueError(
             "none of the chosen methods could run: " + "; ".join(f"{r[0]}: {r[1]}" for r in comp.rows)
@@ -261,11 +278,11 @@ def compare(
     return comp
 
 
-def _reason(error: BaseException, limit: int = 140) -> str:
-    """A one-line reason for an unavailable method: no folders, no digests, at most ``limit`` characters."""
+def short_reason(error: BaseException | str, limit: int = 140) -> str:
+    """An error as one line for the UI: no server folders (file names only), no digests, <= ``limit``."""
     text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     text = re.sub(r"^refusing checkpoint \S+: ", "", re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", str(text)))
-    line = " ".join(Path(w).name if w.startswith("/") else w for w in text.split())
+    line = " ".join(_FOLDERS.sub("", text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
