@@ -6,8 +6,9 @@
   never returned: a bad Hub copy is moved out of the Hub cache (so the next resolve downloads it again) and
   the bundled copy used instead; a bad bundled copy raises ``ValueError``. :func:`locate_all` resolves many
   entries at once under one deadline, so a slow Hub costs at most that long in total.
-* ``python -m iss zoo list|fetch|push``: print the zoo, resolve every entry, or publish the bundled zoo with a
-  model card and pin the manifest to the new commit.
+* ``python -m iss zoo list|fetch|push|upgrade``: print the zoo, resolve every entry, publish the bundled zoo
+  with a model card and pin the manifest to the new commit, or re-save the bundled files in the current
+  checkpoint format and record their new sha256 and size.
 """
 
 from __future__ import annotations
@@ -457,9 +458,35 @@ def pin_manifest(manifest: Path, repo_id: str, commit: str) -> None:
     raw = json.loads(manifest.read_text())
     for item in raw["entries"]:
         item["hub"] = {"repo_id": repo_id, "revision": commit, "filename": item["file"]}
+    _write_manifest(manifest, raw)
+
+
+def _write_manifest(manifest: Path, raw: dict[str, Any]) -> None:
+    """Write a manifest's JSON atomically."""
     tmp = manifest.with_name(manifest.name + ".tmp")
     tmp.write_text(json.dumps(raw, indent=2) + "\n")
     os.replace(tmp, manifest)
+
+
+def upgrade_bundled(manifest: str | os.PathLike | None = None) -> list[str]:
+    """Re-save every bundled checkpoint in the current checkpoint format (``iss.checkpoint.upgrade``: same
+    tensors) and record its new sha256 and size in the manifest; returns the names rewritten.
+
+    Each file is first checked against the manifest, so only the published bytes are upgraded; a second run
+    changes nothing. Published Hub copies then differ from the manifest until ``zoo push`` runs again.
+    """
+    from . import checkpoint  # lazy: torch is only needed here
+
+    manifest = Path(manifest) if manifest is not None else DEFAULT_ZOO
+    raw = json.loads(manifest.read_text())
+    upgraded = []
+    for entry, item in zip(load_zoo(manifest), raw["entries"], strict=True):
+        verify(entry.bundled, entry, origin="bundled copy")
+        if checkpoint.upgrade(entry.bundled):
+            item.update(sha256=sha256_of(entry.bundled), size_bytes=entry.bundled.stat().st_size)
+            _write_manifest(manifest, raw)  # after each file: an interrupted run leaves no stale entry behind
+            upgraded.append(entry.name)
+    return upgraded
 
 
 # ----------------------------------------------------------------------------------------------- zoo command
@@ -485,6 +512,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     push.add_argument("--token", default=None, help="Hub token (default: $HF_TOKEN or the saved login)")
     push.add_argument("--private", action="store_true", help="create the repo private")
     push.add_argument("--endpoint", default=None, help="Hub URL (default $HF_ENDPOINT or huggingface.co)")
+    sub.add_parser(
+        "upgrade", parents=[common], help="re-save the bundled files in the current format, update sha256"
+    )
     push.add_argument(
         "--dry-run", nargs="?", type=Path, const=Path("zoo-push-preview"), default=None, metavar="DIR",
         help="write the files that would be uploaded (card, zoo.json, checkpoints) to DIR instead",
@@ -498,6 +528,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.zoo_command == "fetch":
         return _run_fetch(args)
+    if args.zoo_command == "upgrade":
+        upgraded = upgrade_bundled(args.manifest)
+        print(f"upgraded {', '.join(upgraded)}" if upgraded else "every bundled checkpoint is current")
+        return 0
     manifest = args.manifest or DEFAULT_ZOO
     if args.dry_run is not None:
         files = stage_push(manifest, args.repo, args.revision, args.dry_run)

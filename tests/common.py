@@ -62,3 +62,14 @@ def bad_uploads() -> dict[str, tuple[bytes, str]]:
         "bomb.png": (_one_colour_png(30000), over),
         "large.png": (_one_colour_png(8000), "too large: 8000x8000 = 64,000,000 pixels"),
     }
+
+
+def as_format_1(path: Path) -> None:
+    """Rewrite a checkpoint as format 1 (before the sha256 covered the metadata), as old files are."""
+    from safetensors.torch import save
+
+    from iss import checkpoint
+
+    tensors, metadata = checkpoint.read(path)
+    old = {key: value for key, value in metadata.items() if key != "sha256"} | {"format_version": "1"}
+    path.write_bytes(save(tensors, metadata=old | {"sha256": checkpoint.payload_sha256(tensors)}))

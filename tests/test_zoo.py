@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from common import TINY, as_format_1
 from fakehub import FakeHub, cache_put, closed_port_url
 from huggingface_hub import constants, metadata_load
 
+import iss
 from iss import cli, zoo
 
 pytestmark = pytest.mark.usefixtures("isolated_hub")
@@ -435,3 +438,24 @@ def test_zoo_fetch_reports_sources_and_failures(tmp_path: Path, fakehub: FakeHub
 def test_zoo_command_reports_user_errors_in_one_line(tmp_path: Path, capsys) -> None:
     assert cli.main(["zoo", "list", "--manifest", str(tmp_path / "nope.json")]) == 2
     assert capsys.readouterr().err.strip() == f"error: no zoo manifest at {tmp_path / 'nope.json'}"
+
+
+def test_zoo_upgrade_resaves_format_1_files_and_updates_the_manifest(tmp_path: Path, capsys) -> None:
+    """The bundled checkpoints move to format 2 through this command: same weights, new sha256 recorded."""
+    torch.manual_seed(0)
+    model = iss.archs.build("swinir-light", 2, **TINY)
+    meta = {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY, "method": "iht", "ratio": 0.5}
+    path = iss.checkpoint.save(
+        model, tmp_path / "old.safetensors", meta, iss.pruning.build("iht", model, 0.5, prune_iters=0).masks
+    )
+    as_format_1(path)
+    manifest = make_zoo(tmp_path, {"old": path.read_bytes()}, hub_section=False)
+    argv = ["zoo", "upgrade", "--manifest", str(manifest)]
+    assert cli.main(argv) == 0 and "upgraded old" in capsys.readouterr().out
+    entry = zoo.load_zoo(manifest)[0]
+    zoo.verify(entry.bundled, entry)  # the manifest records the new bytes
+    loaded, _ = iss.checkpoint.load(entry.bundled)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    assert cli.main(argv) == 0 and "every bundled checkpoint is current" in capsys.readouterr().out
+    entry.bundled.write_bytes(entry.bundled.read_bytes()[:-1] + b"x")  # only the published bytes upgrade
+    assert cli.main(argv) == 2 and "refusing checkpoint old" in capsys.readouterr().err
