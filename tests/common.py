@@ -73,3 +73,21 @@ def as_format_1(path: Path) -> None:
     tensors, metadata = checkpoint.read(path)
     old = {key: value for key, value in metadata.items() if key != "sha256"} | {"format_version": "1"}
     path.write_bytes(save(tensors, metadata=old | {"sha256": checkpoint.payload_sha256(tensors)}))
+
+
+def rewrite_checkpoint(path: str | Path, *, tensors=None, meta=None, resign: bool = True) -> None:
+    """Edit a checkpoint's tensors and/or metadata, then recompute its sha256 as a forger would (or not)."""
+    import json
+
+    from safetensors.torch import load, save
+
+    from iss import checkpoint
+
+    raw = Path(path).read_bytes()
+    stored = load(raw)
+    metadata = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])["__metadata__"]
+    stored.update(tensors or {})
+    metadata.update(meta or {})
+    if resign:
+        metadata["sha256"] = checkpoint.payload_sha256(stored, metadata)
+    Path(path).write_bytes(save(stored, metadata=metadata))

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from common import TINY, as_format_1
-from safetensors.torch import load as st_load
+from common import TINY, as_format_1, rewrite_checkpoint
 from safetensors.torch import save as st_save
 from torch import nn
 
@@ -210,21 +209,11 @@ def swinir_file(tmp_path) -> str:
     return str(checkpoint.save(model, tmp_path / "tiny.safetensors", meta, masks))
 
 
-def _rewrite(path: str, *, tensors=None, meta=None, resign: bool = True) -> None:
-    """Edit a checkpoint's tensors and/or metadata, then recompute its sha256 as a forger would (or not)."""
-    raw = Path(path).read_bytes()
-    stored = st_load(raw)
-    metadata = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])["__metadata__"]
-    stored.update(tensors or {})
-    metadata.update(meta or {})
-    if resign:
-        metadata["sha256"] = checkpoint.payload_sha256(stored, metadata)
-    Path(path).write_bytes(st_save(stored, metadata=metadata))
-
-
 def test_an_edited_header_fails_the_integrity_check(swinir_file: str) -> None:
     """Issue 17 item 1: the hash covers the metadata, so img_range 255 can no longer slip in."""
-    _rewrite(swinir_file, meta={"arch_kwargs": json.dumps({"embed_dim": 12, "img_range": 255})}, resign=False)
+    rewrite_checkpoint(
+        swinir_file, meta={"arch_kwargs": json.dumps({"embed_dim": 12, "img_range": 255})}, resign=False
+    )
     with pytest.raises(ValueError, match="failed its integrity check"):
         checkpoint.load(swinir_file)
 
@@ -256,7 +245,7 @@ def test_resigned_malformed_files_are_refused_before_anything_is_built(
         changed[values_key] = tensors[values_key].to(edit["values_dtype"])
     if "nan" in edit:
         changed[values_key] = torch.full_like(tensors[values_key], float("nan"))
-    _rewrite(swinir_file, tensors=changed, meta=edit.get("meta"))
+    rewrite_checkpoint(swinir_file, tensors=changed, meta=edit.get("meta"))
     start = time.perf_counter()
     with pytest.raises(ValueError, match=re.escape(message)) as err:
         checkpoint.load(swinir_file)

@@ -210,3 +210,16 @@ def test_a_hanging_hub_costs_the_first_request_one_deadline(
     n = len(hub_endpoint.requests)
     compare.compare(_photo(), 2, names, zoo_path=zoo_path)
     assert len(hub_endpoint.requests) == n  # later requests do not ask the Hub at all
+
+
+def test_a_malformed_checkpoint_is_one_unavailable_row(malformed_zoo: str) -> None:
+    """Issue 17 item 2: bicubic and the good checkpoint still run; each bad file gets its reason."""
+    names = ["bicubic", "tiny_x2_iht_r0.5", "int16_x2_iht_r0.5", "unknown_x2_iht_r0.5"]
+    comp = compare.compare(_photo(), 2, names, zoo_path=malformed_zoo)
+    assert set(comp.results) == {"bicubic", "tiny_x2_iht_r0.5"}
+    rows = {r[0]: r[1] for r in comp.rows}
+    assert (
+        rows["int16_x2_iht_r0.5"].startswith("unavailable: ") and "torch.int16" in rows["int16_x2_iht_r0.5"]
+    )
+    assert "has no option colour" in rows["unknown_x2_iht_r0.5"]
+    assert "/tmp" not in comp.message and "/tmp" not in str(comp.rows)
