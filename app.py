@@ -347,11 +347,16 @@ def analysis_tab(data_dir: str | None) -> None:
 # --------------------------------------------------------------------------------------------------- sparsity
 
 
-def _sparsity(name: str | None, layer: str | None, zoo_path: str | None = None) -> tuple:
-    """``/sparsity``: kept fraction per layer and magnitude histograms of a zoo checkpoint."""
+def _sparsity(name: Any, layer: Any, zoo_path: str | None = None) -> tuple:
+    """``/sparsity``: kept fraction per layer and magnitude histograms of a zoo checkpoint.
+
+    Wired with ``preprocess=False``, so that a client's wrong value gets one line from here.
+    """
     if not name:
         return gr.update(), gr.update(), gr.update()
     try:
+        if not isinstance(name, str) or not isinstance(layer, str | None):
+            raise ValueError(f"checkpoint and layer must be names, got {name!r:.40} and {layer!r:.40}")
         kept, hist, layers = sparsity.sparsity_view(name, layer, zoo_path)
     except (ValueError, KeyError, FileNotFoundError, OSError) as e:
         raise _error(e) from None
@@ -375,8 +380,8 @@ def sparsity_tab(zoo_path: str | None) -> None:
     )
     gr.Dataframe(sparsity.zoo_vs_paper(zoo_path), headers=sparsity.ZOO_VS_PAPER_HEADERS, interactive=False)
     view = functools.partial(_sparsity, zoo_path=zoo_path)
-    show.click(view, [ckpt, layer], [kept, hist, layer], api_name="sparsity")
-    ckpt.input(view, [ckpt, layer], [kept, hist, layer], api_visibility="private")
+    show.click(view, [ckpt, layer], [kept, hist, layer], api_name="sparsity", preprocess=False)
+    ckpt.input(view, [ckpt, layer], [kept, hist, layer], api_visibility="private", preprocess=False)
 
 
 # ------------------------------------------------------------------------------------------------------ app

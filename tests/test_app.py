@@ -178,6 +178,20 @@ def test_api_mistakes_get_one_line_and_no_server_traceback(
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("name", "layer", "expected"),
+    [("nope", None, "no zoo entry 'nope'; the zoo has: tiny_x4_iss-p_r0.9"), (5, None, "must be names")],
+)
+def test_sparsity_mistakes_get_one_line_and_no_server_traceback(client, capfd, name, layer, expected) -> None:
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match=re.escape(expected)):
+        client.predict(name, layer, api_name="/sparsity")
+    assert "Traceback" not in capfd.readouterr().err
+    kept, _hist, _layers = client.predict("tiny_x4_iss-p_r0.9", None, api_name="/sparsity")
+    assert kept["type"] == "plotly"
+
+
 def test_scale_given_as_text_is_accepted(client) -> None:
     from gradio_client import handle_file
 
