@@ -91,7 +91,7 @@ def _upload_path(image: dict | None) -> str | None:
     """The uploaded file's path in Gradio's unprocessed image record (None: no image)."""
     if image is not None and not image.get("path"):
         raise ValueError("send the image as an uploaded file (gradio_client.handle_file(path)), not a URL")
-    return image and image["path"]
+    return None if image is None else image["path"]
 
 
 def _download_folder(cache: str) -> Path:

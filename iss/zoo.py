@@ -172,9 +172,7 @@ def merge_entries(manifest: Path, entries: list[dict[str, Any]], *, force: bool 
             )  # fmt: skip
         by_name[item["name"]] = item
     raw["entries"] = list(by_name.values())
-    tmp = manifest.with_name(manifest.name + ".tmp")
-    tmp.write_text(json.dumps(raw, indent=2) + "\n")
-    os.replace(tmp, manifest)
+    _write_manifest(manifest, raw)
     load_zoo(manifest)  # the result must still be a valid manifest
     return [item["name"] for item in entries]
 

@@ -263,7 +263,7 @@ def compare(
             row[2] = round(iss.metrics.ssim_y(sr, hr, crop_border=scale), 4)
         comp.results[name] = sr
         comp.rows.append(row)
-        if refused := getattr(resolved_zoo(zoo_path).get(name), "refused", ""):
+        if name != BICUBIC and (refused := getattr(resolved_zoo(zoo_path).get(name), "refused", "")):
             notes.append(f"{name}: Hub copy refused ({short_reason(refused, 200)}); bundled copy used")
     if not comp.results:
         raise ValueError(
