@@ -532,6 +532,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, default=None, help="Hugging Face cache (default $HF_HUB_CACHE)"
     )
     sub.add_parser("list", parents=[cached], help="print the zoo table")
+    sub.add_parser("table", parents=[common], help="the README's markdown table (metrics, budgets, paper)")
     fetch = sub.add_parser("fetch", parents=[cached], help="resolve every entry (Hub, cache or bundled copy)")
     fetch.add_argument("--offline", action="store_true", help="use only the Hub cache and bundled files")
     fetch.add_argument("--timeout", type=float, default=None, help="seconds to wait for the Hub (default 10)")
@@ -566,6 +567,9 @@ def run(args: argparse.Namespace) -> int:
     if args.zoo_command == "upgrade":
         upgraded = upgrade_bundled(args.manifest)
         print(f"upgraded {', '.join(upgraded)}" if upgraded else "every bundled checkpoint is current")
+        return 0
+    if args.zoo_command == "table":
+        print(markdown_table(load_zoo(args.manifest)))
         return 0
     manifest = args.manifest or DEFAULT_ZOO
     if args.dry_run is not None:
@@ -617,6 +621,55 @@ def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) if entries else "(the zoo is empty)"
+
+
+def markdown_table(entries: list[ZooEntry]) -> str:
+    """The README's zoo table: per (arch, scale, ratio) group, each entry's PSNR/SSIM and training budget,
+    then bicubic (``benchmarks/results/bicubic_x*.json``) and the paper's numbers for the same cells."""
+    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
+    lines = []
+    for key in dict.fromkeys((e.arch, e.scale, e.ratio) for e in entries):
+        arch, scale, ratio = key
+        group = [e for e in entries if (e.arch, e.scale, e.ratio) == key]
+        lines += [
+            f"**{arch} x{scale}, ratio {ratio:g}** (PSNR/SSIM on Y)",
+            "",
+            "| method | " + " | ".join(sets) + " | budget |",
+            "|---|" + "---|" * (len(sets) + 1),
+        ]
+        for e in group:
+            cells = " | ".join(_metric_cell(e.metrics.get(s)).replace(" / ", "/") for s in sets)
+            lines.append(f"| {e.method} | {cells} | {_budget_text(e.budget)} |")
+        bicubic = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{scale}.json"
+        if bicubic.is_file():
+            values = json.loads(bicubic.read_text())
+            lines.append(
+                "| bicubic | "
+                + " | ".join(_metric_cell(values.get(s)).replace(" / ", "/") for s in sets)
+                + " | |"
+            )
+        methods = {e.method for e in group}
+        for row in paper:
+            if (row["arch"], row["scale"], row["ratio"], row["method"] in methods) == (
+                arch,
+                scale,
+                ratio,
+                True,
+            ):
+                cells = " | ".join(_metric_cell(row["metrics"].get(s)).replace(" / ", "/") for s in sets)
+                lines.append(f"| paper {row['method']} (table {row['table']}) | {cells} | official |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _budget_text(budget: dict[str, Any]) -> str:
+    """``12,000 it (K_p 6,000), batch 4, patch 16; cpu: ..., 130 min``."""
+    text = f"{budget.get('iterations', 0):,} it (K_p {budget.get('prune_iters', 0):,}), "
+    text += f"batch {budget.get('batch')}, patch {budget.get('patch')}; {budget.get('device', '?')}"
+    if "train_minutes" in budget:
+        text += f", {budget['train_minutes']:g} min"
+    return text
 
 
 def _local_status(entry: ZooEntry, cache_dir: str | os.PathLike | None) -> str:

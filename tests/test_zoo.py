@@ -459,3 +459,11 @@ def test_zoo_upgrade_resaves_format_1_files_and_updates_the_manifest(tmp_path: P
     assert cli.main(argv) == 0 and "every bundled checkpoint is current" in capsys.readouterr().out
     entry.bundled.write_bytes(entry.bundled.read_bytes()[:-1] + b"x")  # only the published bytes upgrade
     assert cli.main(argv) == 2 and "refusing checkpoint old" in capsys.readouterr().err
+
+
+def test_markdown_table_shows_budget_bicubic_and_paper() -> None:
+    table = zoo.markdown_table(zoo.load_zoo())
+    assert "**swinir-light x4, ratio 0.95**" in table
+    assert "| bicubic | 28.43/0.8111 |" in table
+    assert "| paper iss-p (table 2) | 31.16/0.8775 |" in table
+    assert "1,600 it (K_p 800), batch 4, patch 16; cpu" in table
