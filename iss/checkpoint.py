@@ -222,6 +222,11 @@ def _verify(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, st
         )
 
 
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The decoded metadata of a checkpoint (verified like ``load``) without building the model."""
+    return _decode_meta(read(path)[1])
+
+
 def payload_sha256(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> str:
     """SHA-256 over name, dtype, shape and bytes of every tensor, in sorted name order, then over the metadata
     fields other than ``sha256`` as compact sorted JSON (format 2; format 1 hashed the tensors only)."""
