@@ -630,19 +630,30 @@ def tiny_edsr(seed: int = 0) -> nn.Module:
     return iss.archs.build("edsr-l", 2, **TINY_ARCHS["edsr-l"])
 
 
-def sr_step(model, opt, pruner, seed: int, check_sync: bool = False) -> torch.Tensor:
-    """One training step on random data; the pruner's calls run under ``NoHostSync`` if ``check_sync``."""
+def sr_step(model, opt, pruner, seed: int, guard=contextlib.nullcontext) -> torch.Tensor:
+    """One training step on random data, the pruner's calls inside ``guard()`` (e.g. ``NoHostSync``)."""
     g = torch.Generator().manual_seed(seed)
-    lr, hr = torch.rand(2, 3, 8, 8, generator=g), torch.rand(2, 3, 16, 16, generator=g)
+    device = next(model.parameters()).device
+    lr, hr = torch.rand(2, 3, 8, 8, generator=g).to(device), torch.rand(2, 3, 16, 16, generator=g).to(device)
     opt.zero_grad()
     loss = nn.functional.l1_loss(model(lr), hr)
     loss.backward()
-    with NoHostSync() if check_sync else contextlib.nullcontext():
+    with guard():
         pruner.before_step()
-    opt.step()  # Adam reads its step count on the host: outside the check
-    with NoHostSync() if check_sync else contextlib.nullcontext():
+    opt.step()  # Adam reads its step count on the host: outside the guard
+    with guard():
         pruner.step()
     return loss.detach()
+
+
+@contextlib.contextmanager
+def cuda_sync_errors():
+    """CUDA's own detector: any synchronising CUDA call raises inside."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def assert_same_state(a, b) -> None:
@@ -751,7 +762,7 @@ def test_sync_free_steps_never_wait_for_the_device(method, options):
     opt = torch.optim.Adam(model.parameters(), 1e-2)
     recorder = TelemetryRecorder(pruner)
     for i in range(16):  # both stages
-        loss = sr_step(model, opt, pruner, i, check_sync=True)
+        loss = sr_step(model, opt, pruner, i, guard=NoHostSync)
         with NoHostSync():
             recorder.record(loss)
     assert pruner.stage == "finetune" and len(recorder) == 16
@@ -764,7 +775,7 @@ def test_fast_path_waits_for_the_device(method, options):
     pruner = pruning.build(method, model, RATIO, prune_iters=12, sync_free=False, **options)
     opt = torch.optim.Adam(model.parameters(), 1e-2)
     with pytest.raises(HostSyncError, match="nonzero"):
-        sr_step(model, opt, pruner, 0, check_sync=True)
+        sr_step(model, opt, pruner, 0, guard=NoHostSync)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -773,21 +784,12 @@ def test_sync_free_on_cuda_under_the_sync_debug_mode(method, options):
     model = tiny_edsr().cuda()
     pruner = pruning.build(method, model, RATIO, prune_iters=6, window=4, **options)
     assert pruner.sync_free
-    opt = torch.optim.Adam(model.parameters(), 1e-2, capturable=True)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
     recorder = TelemetryRecorder(pruner)
-    lr, hr = torch.rand(2, 3, 8, 8, device="cuda"), torch.rand(2, 3, 16, 16, device="cuda")
-    for _ in range(8):
-        opt.zero_grad()
-        loss = nn.functional.l1_loss(model(lr), hr)
-        loss.backward()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            pruner.before_step()
-            opt.step()
-            pruner.step()
-            recorder.record(loss.detach())
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+    for i in range(8):
+        loss = sr_step(model, opt, pruner, i, guard=cuda_sync_errors)
+        with cuda_sync_errors():
+            recorder.record(loss)
     assert len(recorder.flush()) == 8 and pruner.stage == "finetune"
 
 

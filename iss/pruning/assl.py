@@ -115,11 +115,11 @@ class ASSL(GrowingL2):
                 continue
             soft, scale = self._soft_masks(g)
             for index, rows in groups:
-                s = soft[index]
+                s = soft.index_select(0, index)
                 n_layers = len(rows)
                 pairs = n_layers * (n_layers - 1) / 2
                 d_soft = (n_layers * s - s.sum(0, keepdim=True)) * (2 / (pairs * g.n))
-                d_mag = d_soft * s * (1 - s) / scale[index]
+                d_mag = d_soft * s * (1 - s) / scale.index_select(0, index)
                 for row, d in zip(rows, d_mag, strict=True):
                     w = g.params[row]
                     if w.grad is not None:
@@ -133,7 +133,7 @@ class ASSL(GrowingL2):
             if groups and g.tau is not None:
                 soft, _ = self._soft_masks(g)
                 for index, rows in groups:
-                    s = soft[index]
+                    s = soft.index_select(0, index)
                     diff = (s.unsqueeze(0) - s.unsqueeze(1)).pow(2).mean(-1)
                     total += float(diff.sum() / (len(rows) * (len(rows) - 1)))
         return total

@@ -206,12 +206,16 @@ class LayerGroup:
     n: int
     k: int
     kept: Tensor  # (layers, n) bool, True = important
-    rows: Tensor  # arange(layers) on the device
     tau: Tensor | None = None  # (layers, 1) threshold hint from the last selection
     hard: list[Tensor] | None = None  # float 0/1 masks shaped like the weights, once frozen
     grad_sums: Tensor | None = None  # (layers, 3) from the last before_step
     scale_ready: bool = False  # the "scale" buffer holds the shrink factors of the current selection
     _buffers: dict[str, tuple[Tensor, list[Tensor]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def rows(self) -> Tensor:
+        """``arange(layers)`` on the device: every row, as an index."""
+        return torch.arange(len(self.names), device=self.kept.device)
 
     def shaped(self, t: Tensor) -> list[Tensor]:
         """Rows of a (layers, n) tensor as views shaped like the layers' weights (for ``_foreach`` ops)."""
@@ -566,7 +570,7 @@ class Pruner:
             key = (w.numel(), w.device, w.dtype)
             if key not in by_key:
                 k = w.numel() // self.nm[1] * self.nm[0] if self.nm else n_unimportant(self.ratio, w.numel())
-                by_key[key] = LayerGroup([], [], [], w.numel(), k, torch.empty(0), torch.empty(0))
+                by_key[key] = LayerGroup([], [], [], w.numel(), k, torch.empty(0))
             order.append((name, (list(by_key).index(key), len(by_key[key].names))))
             by_key[key].names.append(name)
             by_key[key].modules.append(module)
@@ -575,5 +579,4 @@ class Pruner:
         for g in groups:
             w = g.modules[0].weight
             g.kept = torch.ones(len(g.modules), g.n, dtype=torch.bool, device=w.device)
-            g.rows = torch.arange(len(g.modules), device=w.device)
         return groups, order
