@@ -139,13 +139,8 @@ class DriftTracker:
 
     def end_iteration(self) -> None:
         """Close the iteration: keep its flips as ``last_flips`` and its masks (packed) in the window."""
-        last = self._history[-1]
-        self._history.append(
-            [
-                pack_bits(m) if changed else p
-                for m, changed, p in zip(self.masks, self._changed, last, strict=True)
-            ]
-        )
+        groups = zip(self.masks, self._changed, self._history[-1], strict=True)
+        self._history.append([pack_bits(m) if changed else last for m, changed, last in groups])
         self._changed = [False] * len(self.masks)
         self.last_flips, self.flips = self.flips, [torch.zeros_like(f) for f in self.flips]
 
@@ -196,10 +191,11 @@ class DriftTracker:
         history = [[pack_bits(m) for m in masks]]
         for i in reversed(range(size)):  # undo the window's iterations, newest first
             entry = []
-            for m, positions, newer in zip(masks, entries, history[0], strict=True):
+            for m, positions, packed in zip(masks, entries, history[0], strict=True):
                 if positions[i].numel():
                     m[positions[i]] ^= True
-                entry.append(pack_bits(m) if positions[i].numel() else newer)
+                    packed = pack_bits(m)
+                entry.append(packed)
             history.insert(0, entry)
         self._history = deque(history, maxlen=self.window + 1)
         self._changed = [False] * len(self.masks)
