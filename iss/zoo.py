@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ZOO = REPO_ROOT / "checkpoints" / "zoo.json"
+DEFAULT_HUB_REPO = (
+    "iss-sr/zoo"  # where ``zoo push`` publishes unless told otherwise; entries start at ``main``
+)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # ----------------------------------------------------------------------------------------------- zoo manifest
@@ -146,6 +149,33 @@ def _parse_hub(hub: Any, where: str) -> HubRef | None:
     if not _is_plain_relative(hub["filename"]):
         raise ValueError(f"{where}: hub.filename must be a relative path, got {hub['filename']!r}")
     return HubRef(repo_id=hub["repo_id"], revision=hub["revision"], filename=hub["filename"])
+
+
+def merge_entries(manifest: Path, entries: list[dict[str, Any]], *, force: bool = False) -> list[str]:
+    """Add ``entries`` to ``manifest`` (a file is created if missing), replacing same-named ones; returns
+    their names. A CPU-trained entry does not replace a GPU-trained one unless ``force``."""
+    raw = json.loads(manifest.read_text()) if manifest.is_file() else {"version": 1, "entries": []}
+    for i, item in enumerate(entries):
+        _parse_entry(item, f"new entry {i}", manifest.parent)
+    by_name = {item["name"]: item for item in raw["entries"]}
+    for item in entries:
+        old = by_name.get(item["name"])
+        if old is not None and not force and _on_cpu(item) and not _on_cpu(old):
+            raise ValueError(
+                f"{item['name']}: refusing to replace the GPU-trained entry ({old['budget'].get('device')}) "
+                "with a CPU-trained one; pass --force to do it anyway"
+            )  # fmt: skip
+        by_name[item["name"]] = item
+    raw["entries"] = list(by_name.values())
+    tmp = manifest.with_name(manifest.name + ".tmp")
+    tmp.write_text(json.dumps(raw, indent=2) + "\n")
+    os.replace(tmp, manifest)
+    load_zoo(manifest)  # the result must still be a valid manifest
+    return [item["name"] for item in entries]
+
+
+def _on_cpu(item: dict[str, Any]) -> bool:
+    return str(item.get("budget", {}).get("device", "cpu")).startswith("cpu")
 
 
 def _is_plain_relative(name: str) -> bool:
@@ -414,7 +444,9 @@ def pin_manifest(manifest: Path, repo_id: str, commit: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``zoo list|fetch|push`` arguments."""
+    """``zoo list|fetch|push`` arguments, and the factory's ``train|cell|status|add`` (``iss.factory``)."""
+    from . import factory
+
     sub = parser.add_subparsers(dest="zoo_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--manifest", type=Path, default=None, help=f"zoo manifest (default {DEFAULT_ZOO})")
@@ -423,6 +455,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, default=None, help="Hugging Face cache (default $HF_HUB_CACHE)"
     )
     sub.add_parser("list", parents=[cached], help="print the zoo table")
+    sub.add_parser("table", parents=[common], help="the README's markdown table (metrics, budgets, paper)")
     fetch = sub.add_parser("fetch", parents=[cached], help="resolve every entry (Hub, cache or bundled copy)")
     fetch.add_argument("--offline", action="store_true", help="use only the Hub cache and bundled files")
     fetch.add_argument("--timeout", type=float, default=None, help="seconds to wait for the Hub (default 10)")
@@ -437,15 +470,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", nargs="?", type=Path, const=Path("zoo-push-preview"), default=None, metavar="DIR",
         help="write the files that would be uploaded (card, zoo.json, checkpoints) to DIR instead",
     )  # fmt: skip
+    factory.add_commands(sub, common)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``zoo list|fetch|push``."""
+    """Run ``zoo list|fetch|push``, or a factory command."""
+    from . import factory
+
+    if args.zoo_command in factory.COMMANDS:
+        return factory.run(args)
     if args.zoo_command == "list":
         print(format_table(load_zoo(args.manifest), cache_dir=args.cache_dir))
         return 0
     if args.zoo_command == "fetch":
         return _run_fetch(args)
+    if args.zoo_command == "table":
+        print(markdown_table(load_zoo(args.manifest)))
+        return 0
     manifest = args.manifest or DEFAULT_ZOO
     if args.dry_run is not None:
         files = stage_push(manifest, args.repo, args.revision, args.dry_run)
@@ -497,6 +538,55 @@ def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) if entries else "(the zoo is empty)"
+
+
+def markdown_table(entries: list[ZooEntry]) -> str:
+    """The README's zoo table: per (arch, scale, ratio) group, each entry's PSNR/SSIM and training budget,
+    then bicubic (``benchmarks/results/bicubic_x*.json``) and the paper's numbers for the same cells."""
+    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
+    lines = []
+    for key in dict.fromkeys((e.arch, e.scale, e.ratio) for e in entries):
+        arch, scale, ratio = key
+        group = [e for e in entries if (e.arch, e.scale, e.ratio) == key]
+        lines += [
+            f"**{arch} x{scale}, ratio {ratio:g}** (PSNR/SSIM on Y)",
+            "",
+            "| method | " + " | ".join(sets) + " | budget |",
+            "|---|" + "---|" * (len(sets) + 1),
+        ]
+        for e in group:
+            cells = " | ".join(_metric_cell(e.metrics.get(s)).replace(" / ", "/") for s in sets)
+            lines.append(f"| {e.method} | {cells} | {_budget_text(e.budget)} |")
+        bicubic = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{scale}.json"
+        if bicubic.is_file():
+            values = json.loads(bicubic.read_text())
+            lines.append(
+                "| bicubic | "
+                + " | ".join(_metric_cell(values.get(s)).replace(" / ", "/") for s in sets)
+                + " | |"
+            )
+        methods = {e.method for e in group}
+        for row in paper:
+            if (row["arch"], row["scale"], row["ratio"], row["method"] in methods) == (
+                arch,
+                scale,
+                ratio,
+                True,
+            ):
+                cells = " | ".join(_metric_cell(row["metrics"].get(s)).replace(" / ", "/") for s in sets)
+                lines.append(f"| paper {row['method']} (table {row['table']}) | {cells} | official |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _budget_text(budget: dict[str, Any]) -> str:
+    """``12,000 it (K_p 6,000), batch 4, patch 16; cpu: ..., 130 min``."""
+    text = f"{budget.get('iterations', 0):,} it (K_p {budget.get('prune_iters', 0):,}), "
+    text += f"batch {budget.get('batch')}, patch {budget.get('patch')}; {budget.get('device', '?')}"
+    if "train_minutes" in budget:
+        text += f", {budget['train_minutes']:g} min"
+    return text
 
 
 def _local_status(entry: ZooEntry, cache_dir: str | os.PathLike | None) -> str:

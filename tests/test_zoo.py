@@ -391,3 +391,11 @@ def test_zoo_fetch_reports_sources_and_failures(tmp_path: Path, fakehub: FakeHub
 def test_zoo_command_reports_user_errors_in_one_line(tmp_path: Path, capsys) -> None:
     assert cli.main(["zoo", "list", "--manifest", str(tmp_path / "nope.json")]) == 2
     assert capsys.readouterr().err.strip() == f"error: no zoo manifest at {tmp_path / 'nope.json'}"
+
+
+def test_markdown_table_shows_budget_bicubic_and_paper() -> None:
+    table = zoo.markdown_table(zoo.load_zoo())
+    assert "**swinir-light x4, ratio 0.95**" in table
+    assert "| bicubic | 28.43/0.8111 |" in table
+    assert "| paper iss-p (table 2) | 31.16/0.8775 |" in table
+    assert "1,600 it (K_p 800), batch 4, patch 16; cpu" in table
