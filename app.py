@@ -8,9 +8,12 @@ for Urban100 example crops and training data).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -26,11 +29,13 @@ INTRO = (
     "a checkpoint keeps its weights."
 )
 QUEUE_SIZE = 8  # waiting requests per event before new ones are refused: a CPU Space cannot serve more
+LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
 
 
 def _error(e: Exception) -> gr.Error:
-    """A user mistake shown in the UI as one line."""
-    return gr.Error(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
+    """A user mistake shown in the UI (and to API clients) as one line, without a server-side traceback."""
+    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return gr.Error(message, print_exception=False)
 
 
 # ---------------------------------------------------------------------------------------------------- compare
@@ -58,15 +63,44 @@ def _compare_outputs(
 
 
 def _run_compare(
-    image: Any, scale: int, methods: list[str], mode: str, sparse: bool, zoo_path: str | None = None
+    image: dict | None,
+    scale: Any,
+    methods: Any,
+    mode: Any,
+    sparse: Any,
+    *,
+    zoo_path: str | None,
+    cache: str,
 ) -> tuple:
-    """``/upscale``: run the comparison (backbone and ratio only filter the method list in the UI)."""
+    """``/upscale``: run the comparison (backbone and ratio only filter the method list in the UI).
+
+    Wired with ``preprocess=False``: the values arrive as sent, the image as Gradio's record of the uploaded
+    file (undecoded), so that ``compare`` decodes it within its pixel budget and every mistake in a request
+    gets one line. The PNG downloads go to Gradio's cache, where ``delete_cache`` removes them.
+    """
     try:
-        comp = gpu_compare(image, int(scale), methods, mode, sparse=bool(sparse), zoo_path=zoo_path)
+        path, out_dir = _upload_path(image), str(_download_folder(cache))
+        comp = gpu_compare(path, scale, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir)
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
     left, right = compare.default_pair(comp)
     return _compare_outputs(comp, left, right, compare.zoom_box(comp, None, None))
+
+
+def _upload_path(image: dict | None) -> str | None:
+    """The uploaded file's path in Gradio's unprocessed image record (None: no image)."""
+    if image is not None and not image.get("path"):
+        raise ValueError("send the image as an uploaded file (gradio_client.handle_file(path)), not a URL")
+    return None if image is None else image["path"]
+
+
+def _download_folder(cache: str) -> Path:
+    """A new folder (not yet created) for one request's PNGs in Gradio's cache, whose ``delete_cache`` removes
+    the files; the folders it emptied are removed here."""
+    for emptied in Path(cache).glob("iss-sr-*"):
+        with contextlib.suppress(OSError):
+            emptied.rmdir()
+    return Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
 
 
 @gpu(duration=60)
@@ -177,11 +211,12 @@ def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
         api_visibility="private",
     )
     run.click(
-        functools.partial(_run_compare, zoo_path=zoo_path),
+        functools.partial(_run_compare, zoo_path=zoo_path, cache=files.GRADIO_CACHE),
         [image, scale, methods, mode, sparse],
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
         concurrency_id="upscale",
+        preprocess=False,
     )
     left.input(_repair, [state, left, right], [slider], api_visibility="private")
     right.input(_repair, [state, left, right], [slider], api_visibility="private")
@@ -312,11 +347,16 @@ def analysis_tab(data_dir: str | None) -> None:
 # --------------------------------------------------------------------------------------------------- sparsity
 
 
-def _sparsity(name: str | None, layer: str | None, zoo_path: str | None = None) -> tuple:
-    """``/sparsity``: kept fraction per layer and magnitude histograms of a zoo checkpoint."""
+def _sparsity(name: Any, layer: Any, zoo_path: str | None = None) -> tuple:
+    """``/sparsity``: kept fraction per layer and magnitude histograms of a zoo checkpoint.
+
+    Wired with ``preprocess=False``, so that a client's wrong value gets one line from here.
+    """
     if not name:
         return gr.update(), gr.update(), gr.update()
     try:
+        if not isinstance(name, str) or not isinstance(layer, str | None):
+            raise ValueError(f"checkpoint and layer must be names, got {name!r:.40} and {layer!r:.40}")
         kept, hist, layers = sparsity.sparsity_view(name, layer, zoo_path)
     except (ValueError, KeyError, FileNotFoundError, OSError) as e:
         raise _error(e) from None
@@ -340,8 +380,8 @@ def sparsity_tab(zoo_path: str | None) -> None:
     )
     gr.Dataframe(sparsity.zoo_vs_paper(zoo_path), headers=sparsity.ZOO_VS_PAPER_HEADERS, interactive=False)
     view = functools.partial(_sparsity, zoo_path=zoo_path)
-    show.click(view, [ckpt, layer], [kept, hist, layer], api_name="sparsity")
-    ckpt.input(view, [ckpt, layer], [kept, hist, layer], api_visibility="private")
+    show.click(view, [ckpt, layer], [kept, hist, layer], api_name="sparsity", preprocess=False)
+    ckpt.input(view, [ckpt, layer], [kept, hist, layer], api_visibility="private", preprocess=False)
 
 
 # ------------------------------------------------------------------------------------------------------ app
@@ -376,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     build_demo(args.data_dir, args.zoo).launch(
-        server_name=args.host, server_port=args.port, theme=gr.themes.Soft()
+        server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import plotly.graph_objects as go
+import pytest
 
 from iss.ui import sparsity
 
@@ -23,3 +24,12 @@ def test_zoo_vs_paper_and_sparsity_view(tiny_zoo: str) -> None:
     kept, hist, layers = sparsity.sparsity_view("tiny_x2_iht_r0.5", None, tiny_zoo)
     assert isinstance(kept, go.Figure) and isinstance(hist, go.Figure) and layers
     assert all(0.4 < v <= 0.6 for v in kept.data[0].y[1:-1])  # pruned layers keep about half
+
+
+def test_a_malformed_checkpoint_is_unavailable_with_its_reason_and_no_paths(malformed_zoo: str) -> None:
+    """Issue 17 items 2 and 6: one line naming the entry and the fault; the other entries still show."""
+    with pytest.raises(ValueError, match=r"^int16_x2_iht_r0\.5 is unavailable: .*torch\.int16") as err:
+        sparsity.sparsity_view("int16_x2_iht_r0.5", None, malformed_zoo)
+    assert "/" not in str(err.value).replace("r0.5", "")
+    assert sparsity.sparsity_view("tiny_x2_iht_r0.5", None, malformed_zoo)[2]
+    assert [row[0] for row in sparsity.zoo_vs_paper(malformed_zoo)] == ["tiny_x2_iht_r0.5"]

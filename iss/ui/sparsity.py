@@ -14,7 +14,7 @@ from torch import nn
 
 import iss
 from iss.ui import figures
-from iss.ui.compare import load_model, zoo
+from iss.ui.compare import load_model, short_reason, zoo
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.json")
 ZOO_VS_PAPER_HEADERS = [
@@ -32,8 +32,15 @@ ZOO_VS_PAPER_HEADERS = [
 def sparsity_view(
     name: str, layer: str | None = None, zoo_path: str | None = None
 ) -> tuple[Any, Any, list[str]]:
-    """Per-layer kept fraction and magnitude histograms (model, one layer) of zoo entry ``name``."""
-    model, meta = load_model(name, "cpu", False, zoo_path)
+    """Per-layer kept fraction and magnitude histograms (model, one layer) of zoo entry ``name``.
+
+    A checkpoint that cannot be loaded raises ``ValueError("<name> is unavailable: <reason>")``, one line
+    without server paths.
+    """
+    try:
+        model, meta = load_model(name, "cpu", False, zoo_path)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise ValueError(f"{name} is unavailable: {short_reason(e, 300)}") from None
     weights = {
         f"{module_name}.weight": module.weight.detach().cpu().numpy().ravel()
         for module_name, module in model.named_modules()
