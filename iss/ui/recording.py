@@ -8,8 +8,14 @@ A recording is a folder (``assets/recordings/<name>/``) holding:
 - ``state_<iteration>.safetensors``: resumable states of both runs: model parameters in ``float16`` under
   ``<run>.model.<name>`` (buffers are rebuilt by the architecture) and the pruner's ``state_dict``
   flattened under ``<run>.pruner.<path>``, bool masks bit-packed (``numpy.packbits``); the pruner's non-tensor
-  entries go to the JSON metadata field ``pruner`` (no pickle anywhere). The optimizer state is not kept: a
-  resumed run restarts Adam's moments.
+  entries go to the JSON metadata field ``pruner`` (no pickle anywhere). Optionally, per run, the
+  optimizer's ``state_dict`` (e.g. ``torch.optim.Adam``: moments as saved, usually ``float32``) flattened the
+  same way under ``<run>.optimizer.<path>``, its skeleton in the metadata field ``optimizer``. A state without
+  it (older recordings) still loads; the resumed run then restarts the optimizer (Adam's first steps are
+  larger).
+
+``RunTrace``, ``save_recording``/``load_recording`` and ``save_state``/``load_state`` are a plain library API
+(no gradio): anything that trains ISS-P and IHT, such as separate ``iss.train`` runs, can write a recording.
 """
 
 from __future__ import annotations
@@ -170,27 +176,55 @@ def list_recordings(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/run.json")) if root.is_dir() else []
 
 
-def save_state(path: str | Path, models: dict[str, nn.Module], pruners: dict[str, Any], meta: dict) -> Path:
-    """Save resumable states of several runs in one safetensors file (weights fp16, pruner state as is)."""
+def save_state(
+    path: str | Path,
+    models: dict[str, nn.Module],
+    pruners: dict[str, Any],
+    meta: dict,
+    optimizers: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """Save resumable states of several runs in one safetensors file (weights fp16, pruner state as is).
+
+    ``optimizers`` maps a run to its optimizer's ``state_dict()`` (kept as is); runs left out have none.
+    """
     tensors: dict[str, torch.Tensor] = {}
     pruner_meta: dict[str, Any] = {}
     for run, model in models.items():
         for name, param in model.named_parameters():
             tensors[f"{run}.model.{name}"] = param.detach().cpu().half()
         pruner_meta[run] = _flatten(pruners[run].state_dict(), f"{run}.pruner.", tensors)
+    metadata = {"meta": json.dumps(meta), "pruner": json.dumps(pruner_meta)}
+    if optimizers:
+        skeletons = {run: _flatten(state, f"{run}.optimizer.", tensors) for run, state in optimizers.items()}
+        metadata["optimizer"] = json.dumps(skeletons)
     path = Path(path)
     tensors = {k: v.contiguous() for k, v in tensors.items()}
-    save_file(tensors, str(path), metadata={"meta": json.dumps(meta), "pruner": json.dumps(pruner_meta)})
+    save_file(tensors, str(path), metadata=metadata)
     return path
 
 
-def load_state(path: str | Path, models: dict[str, nn.Module], pruners: dict[str, Any]) -> dict:
-    """Load a ``save_state`` file into ``models`` and ``pruners`` (same runs); returns its ``meta``."""
+def optimizer_runs(path: str | Path) -> list[str]:
+    """Runs whose optimizer state a ``save_state`` file holds (reads only the header)."""
+    with safe_open(str(path), framework="pt") as f:
+        return list(json.loads(f.metadata().get("optimizer", "{}")))
 
+
+def load_state(
+    path: str | Path,
+    models: dict[str, nn.Module],
+    pruners: dict[str, Any],
+    optimizers: dict[str, torch.optim.Optimizer] | None = None,
+) -> dict:
+    """Load a ``save_state`` file into ``models`` and ``pruners`` (same runs); returns its ``meta``.
+
+    The optimizers in ``optimizers`` (built over the loaded models' parameters, on their final device) get
+    their saved state where the file has one (``optimizer_runs``) and are left fresh otherwise.
+    """
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata()
     tensors = load_file(str(path))
     pruner_meta = json.loads(metadata["pruner"])
+    optimizer_meta = json.loads(metadata.get("optimizer", "{}"))
     for run, model in models.items():
         prefix = f"{run}.model."
         params = dict(model.named_parameters())
@@ -201,6 +235,9 @@ def load_state(path: str | Path, models: dict[str, nn.Module], pruners: dict[str
             for name, value in state.items():
                 params[name].copy_(value.to(params[name].dtype))
         pruners[run].load_state_dict(_unflatten(pruner_meta[run], f"{run}.pruner.", tensors))
+    for run, optimizer in (optimizers or {}).items():
+        if run in optimizer_meta:
+            optimizer.load_state_dict(_unflatten(optimizer_meta[run], f"{run}.optimizer.", tensors))
     return json.loads(metadata["meta"])
 
 
