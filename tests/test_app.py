@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,14 +51,20 @@ def zoo_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder / "zoo.json")
 
 
+def _load_app():
+    """``app.py`` as a module."""
+    if "app" not in sys.modules:  # gradio looks a component subclass's module up by name
+        spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
+        sys.modules["app"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["app"])
+    return sys.modules["app"]
+
+
 @pytest.fixture(scope="module")
 def app_url(zoo_path: str) -> Iterator[str]:
     """``app.build_demo()`` on the tiny zoo, launched in a background thread on a free local port."""
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
-    demo = app.build_demo(zoo_path=zoo_path)
+    demo = _load_app().build_demo(zoo_path=zoo_path)
     _, url, _ = demo.launch(
         prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(), quiet=True
     )
@@ -72,20 +79,35 @@ def client(app_url: str, tmp_path: Path):
     return Client(app_url, verbose=False, download_files=str(tmp_path))
 
 
-def test_endpoints_are_named(client) -> None:
+def test_api_names_and_types(client) -> None:
+    """What ``view_api`` tells a client: named parameters with their types, named outputs."""
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert {"/upscale", "/train", "/recorded", "/sparsity"} <= set(endpoints)
+    assert {"/upscale", "/train", "/recorded", "/sparsity", "/layers"} <= set(endpoints)
+    upscale = endpoints["/upscale"]
+    params = {p["parameter_name"]: p for p in upscale["parameters"]}
+    assert list(params) == ["image", "backbone", "scale", "ratio", "methods", "mode", "sparse"]
+    assert params["scale"]["python_type"]["type"] == "int"
+    assert params["ratio"]["python_type"]["type"] == "float"
+    train = {p["parameter_name"]: p for p in endpoints["/train"]["parameters"]}
+    assert train["layers"]["python_type"]["type"] == "list[str]"
+    assert train["iterations"]["type"]["type"] == "integer"
+    assert train["backbone"]["parameter_default"] == "swinir-light"
+    for name, endpoint in endpoints.items():
+        labels = [r["label"] for r in endpoint["returns"]]
+        assert not [label for label in labels if label.startswith("value_")], (name, labels)
 
 
-def test_upscale_returns_pngs_and_a_table(client, zoo_path: str) -> None:
+@pytest.mark.parametrize("scale", [4, "4"], ids=["int", "text"])
+def test_upscale_returns_pngs_and_a_table(client, zoo_path: str, scale) -> None:
     from gradio_client import handle_file
 
     methods = compare.method_choices("swinir-light", 4, 0.9, zoo_path)  # what the UI selects by default
-    assert methods == ["bicubic", "tiny_x4_iss-p_r0.9"]
+    assert methods == ["bicubic", "iss-p"]
     example = compare.EXAMPLES_DIR / "pagoda.png"
-    slider, region, grid, table, files, _status, left, _right = client.predict(
-        handle_file(str(example)), 4, methods, compare.MODE_HR, False, api_name="/upscale"
-    )
+    slider, region, grid, table, files, status, left, _right = client.predict(
+        handle_file(str(example)), "swinir-light", scale, 0.9, methods, compare.MODE_HR, False,
+        api_name="/upscale",
+    )  # fmt: skip
     for path in [*slider, region]:
         with Image.open(path) as im:
             assert im.format == "PNG" and im.size == (240, 240)
@@ -93,10 +115,26 @@ def test_upscale_returns_pngs_and_a_table(client, zoo_path: str) -> None:
     assert table["headers"] == compare.TABLE_HEADERS
     rows = {row[0]: row for row in table["data"]}
     assert set(rows) == set(methods) and float(rows["bicubic"][1]) > 15
-    assert float(rows["tiny_x4_iss-p_r0.9"][1]) > 0 and "%" in rows["tiny_x4_iss-p_r0.9"][3]
+    assert float(rows["iss-p"][1]) > 0 and "%" in rows["iss-p"][3]
     assert len(files) == 2
     assert all(str(f).endswith(".png") for f in files)
     assert left["value"] == "bicubic"  # the pair dropdowns get new choices: an update
+    assert "swinir-light x4" in status and "2 method(s) ran" in status
+
+
+def test_upscale_at_a_scale_without_checkpoints_says_so(client, zoo_path: str) -> None:
+    from gradio_client import handle_file
+
+    *_, table, _files, status, _left, _right = client.predict(
+        handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 2, None, ["bicubic", "iss-p"],
+        compare.MODE_HR, False, api_name="/upscale",
+    )  # fmt: skip
+    assert (
+        "No pruned swinir-light x2 checkpoint in the zoo" in status
+        and "The zoo has: swinir-light x4 r0.9 (iss-p)" in status
+    )
+    assert [row[0] for row in table["data"]] == ["bicubic", "iss-p"]
+    assert table["data"][1][1].startswith("unavailable: no swinir-light x2 iss-p checkpoint")
 
 
 def test_train_streams_then_stops_on_cancel(client) -> None:
@@ -118,6 +156,32 @@ def test_train_streams_then_stops_on_cancel(client) -> None:
     time.sleep(3)
     assert len(job.outputs()) == seen  # nothing streams after the cancel
     assert "500 / 500" not in job.outputs()[-1][3]
+
+
+def test_train_layers_follow_the_backbone(client) -> None:
+    layers = client.predict("edsr-baseline", 2, api_name="/layers")["value"]
+    assert layers and all(name.startswith("body.") for name in layers)
+    *_, status = client.predict(
+        "edsr-baseline", 2, 0.9, 0.95, 1, 10, 8, 1, layers, analysis.RANDOM_INIT, api_name="/train"
+    )
+    assert "1 / 1" in status and "edsr-baseline x2" in status
+
+
+def test_typed_inputs_refuse_nonsense_with_a_message() -> None:
+    """NaN (gradio_client cannot send it) and text where numbers go: a message, not ``{"error": null}``."""
+    import gradio as gr
+
+    app = _load_app()
+    count = app.WholeNumber(5, precision=0, label="Iterations")
+    with pytest.raises(gr.Error, match="Iterations must be a finite whole number"):
+        count.preprocess(float("nan"))
+    assert count.preprocess(7.0) == 7
+    ratio = app.NumberDropdown([0.95], value=0.95, label="Pruning ratio", allow_custom_value=True)
+    assert ratio.preprocess("0.9") == 0.9
+    with pytest.raises(gr.Error, match="Pruning ratio must be a number"):
+        ratio.preprocess("high")
+    scale = app.IntRadio([2, 3, 4], value=4, label="Scale")
+    assert scale.preprocess("3") == 3 and scale.api_info()["type"] == "integer"
 
 
 @pytest.mark.browser
