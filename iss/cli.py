@@ -13,7 +13,7 @@ import sys
 COMMANDS = {
     "eval": ("iss.evaluate", "evaluate bicubic, an architecture or a checkpoint on benchmark sets"),
     "train": ("iss.train", "train a sparse SR network with a pruning method"),
-    "zoo": ("iss.zoo", "list, fetch or publish the checkpoint zoo"),
+    "zoo": ("iss.zoo", "list, fetch, publish or train the checkpoint zoo"),
 }
 
 

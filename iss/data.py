@@ -28,6 +28,7 @@ from torch.utils.data import Dataset
 __all__ = [
     "BENCHMARKS",
     "BenchmarkSet",
+    "DevicePatches",
     "ImageError",
     "Sample",
     "TrainPatches",
@@ -386,21 +387,72 @@ class TrainPatches(Dataset):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``index``-th random pair: float32 CxPxP LR and Cx(sP)x(sP) HR tensors in [0, 1]."""
+    def draw(self, index: int) -> tuple[int, int, int, bool, bool, bool]:
+        """Where the ``index``-th pair comes from: image, LR top-left (y, x), and hflip, vflip, transpose."""
         if not 0 <= index < self.length:
             raise IndexError(f"index {index} out of range for {self.length} patches")
         rng = np.random.default_rng([self.seed, self.epoch, index])
         k = int(rng.integers(len(self.hr_images)))
-        lr_img, hr_img, p, s = self.lr_images[k], self.hr_images[k], self.patch, self.scale
-        y = int(rng.integers(lr_img.shape[0] - p + 1))
-        x = int(rng.integers(lr_img.shape[1] - p + 1))
-        lr = lr_img[y : y + p, x : x + p]
-        hr = hr_img[y * s : (y + p) * s, x * s : (x + p) * s]
-        if self.augment:
-            hflip, vflip, rot = rng.random(3) < 0.5
-            lr, hr = (_augment(a, hflip, vflip, rot) for a in (lr, hr))
+        y = int(rng.integers(self.lr_images[k].shape[0] - self.patch + 1))
+        x = int(rng.integers(self.lr_images[k].shape[1] - self.patch + 1))
+        hflip, vflip, rot = (bool(f) for f in rng.random(3) < 0.5) if self.augment else (False,) * 3
+        return k, y, x, hflip, vflip, rot
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``index``-th random pair: float32 CxPxP LR and Cx(sP)x(sP) HR tensors in [0, 1]."""
+        k, y, x, hflip, vflip, rot = self.draw(index)
+        p, s = self.patch, self.scale
+        lr = self.lr_images[k][y : y + p, x : x + p]
+        hr = self.hr_images[k][y * s : (y + p) * s, x * s : (x + p) * s]
+        lr, hr = (_augment(a, hflip, vflip, rot) for a in (lr, hr))
         return to_tensor(lr)[0], to_tensor(hr)[0]
+
+
+class DevicePatches:
+    """``TrainPatches`` batches cut on a device: the images live there as uint8, crops and flips are gathers.
+
+    Batch ``indices`` hold exactly the tensors ``TrainPatches`` would give for them (the same draws, the same
+    uint8 -> float32 conversion), made with one gather per batch for LR and one for HR and no host
+    synchronisation, so a GPU spends no time waiting for patches. The images take ~150 MB for T91 + BSD200.
+    """
+
+    def __init__(self, patches: TrainPatches, device: str | torch.device) -> None:
+        self.patches, self.device = patches, torch.device(device)
+        self.lr = _PixelBank(patches.lr_images, self.device)
+        self.hr = _PixelBank(patches.hr_images, self.device)
+
+    def batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 (B, 3, P, P) LR and (B, 3, sP, sP) HR on the device for these patch indices."""
+        draws = torch.tensor([self.patches.draw(i) for i in indices], dtype=torch.int64)
+        if self.device.type == "cuda":
+            draws = draws.pin_memory().to(self.device, non_blocking=True)
+        p, s = self.patches.patch, self.patches.scale
+        return self.lr.crops(draws, p, 1), self.hr.crops(draws, p * s, s)
+
+
+class _PixelBank:
+    """Images of different sizes as one flat uint8 tensor, with their offsets and widths, on one device."""
+
+    def __init__(self, images: list[np.ndarray], device: torch.device) -> None:
+        sizes = [img.size for img in images]
+        self.offsets = torch.tensor(np.cumsum([0, *sizes[:-1]]), dtype=torch.int64, device=device)
+        self.widths = torch.tensor([img.shape[1] for img in images], dtype=torch.int64, device=device)
+        flat = np.concatenate([img.reshape(-1) for img in images])
+        self.pixels = torch.from_numpy(flat).to(device)
+
+    def crops(self, draws: torch.Tensor, size: int, stride: int) -> torch.Tensor:
+        """(B, 3, size, size) float32 crops for draws (k, y, x, hflip, vflip, transpose) of LR coordinates."""
+        k, y, x, hflip, vflip, rot = (d.view(-1, 1, 1) for d in draws.unbind(1))
+        i = torch.arange(size, device=draws.device).view(1, -1, 1)
+        j = i.view(1, 1, -1)
+        row, col = torch.where(rot.bool(), j, i), torch.where(rot.bool(), i, j)  # transpose is applied last
+        row = torch.where(vflip.bool(), size - 1 - row, row)
+        col = torch.where(hflip.bool(), size - 1 - col, col)
+        width = self.widths[k]
+        pixel = self.offsets[k] + ((y * stride + row) * width + x * stride + col) * 3
+        channels = torch.arange(3, device=draws.device).view(1, 3, 1, 1)
+        values = torch.take(self.pixels, pixel.unsqueeze(1) + channels)
+        return values.float().div_(255.0)
 
 
 def _augment(img: np.ndarray, hflip: bool, vflip: bool, rot90: bool) -> np.ndarray:

@@ -50,16 +50,19 @@ class Trainer:
     ``model`` may be a DistributedDataParallel/compiled wrapper; ``pruner`` works on the raw module's weights.
     The LR is ``config.lr`` during the pruning stage and ``config.lr * gamma ** k`` in fine-tuning, where
     ``k`` counts the milestones at or below the number of fine-tuning steps done (officially the scheduler is
-    not stepped while pruning).
+    not stepped while pruning). Adam is the fused kernel on CUDA.
     """
 
     def __init__(self, model: nn.Module, pruner: Any, config: TrainConfig) -> None:
         self.model = model
         self.pruner = pruner
         self.config = config
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=config.betas)
+        cuda = next(model.parameters()).is_cuda
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=config.betas, fused=cuda)
         self.finetune_steps = 0
         self.amp = bool(config.amp)
+        self.channels_last = False  # set by ``train`` for convnets on CUDA: inputs follow the weights' layout
+        self.last_loss: torch.Tensor | None = None
 
     @property
     def lr(self) -> float:
@@ -68,29 +71,32 @@ class Trainer:
             self.config.milestones, self.finetune_steps
         )
 
-    def step(self, lr: torch.Tensor, hr: torch.Tensor) -> float:
-        """One training step; returns the L1 loss (raises ``NonFiniteLossError`` before any update)."""
+    def step(self, lr: torch.Tensor, hr: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """One training step; returns the L1 loss as a 0-dim tensor.
+
+        With ``check`` the loss is read back first and a NaN/inf raises ``NonFiniteLossError`` before any
+        update; without it nothing waits for the device, so a GPU can run ahead (``train`` checks every
+        ``log_every`` steps and before every save).
+        """
         self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
         self.optimizer.zero_grad(set_to_none=True)
-        device_type = lr.device.type
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.amp):
+        if self.channels_last:
+            lr = lr.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(lr.device.type, dtype=torch.bfloat16, enabled=self.amp):
             sr = self.model(lr)
         loss = F.l1_loss(sr.float(), hr)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise NonFiniteLossError(
-                f"loss is {value} at iteration {self.pruner.iteration + 1}; stopping (weights left as "
-                "after the last good step). Try a lower --lr or --no-amp."
-            )
+        if check:
+            check_loss(loss, self.pruner.iteration + 1)
         loss.backward()
         finetuning = self.pruner.stage == "finetune"
         self.pruner.before_step()
         self.optimizer.step()
         self.pruner.step()
         self.finetune_steps += finetuning
-        return value
+        self.last_loss = loss.detach()
+        return self.last_loss
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "finetune_steps": self.finetune_steps}
@@ -100,18 +106,37 @@ class Trainer:
         self.finetune_steps = int(state["finetune_steps"])
 
 
+def check_loss(loss: torch.Tensor, iteration: int) -> float:
+    """The loss as a float (waits for the device); ``NonFiniteLossError`` if it is NaN/inf."""
+    value = loss.item()
+    if not math.isfinite(value):
+        raise NonFiniteLossError(
+            f"loss is {value} at iteration {iteration}; stopping (weights left as after the last saved "
+            "state). Try a lower --lr or --no-amp."
+        )
+    return value
+
+
 @dataclass
 class TrainEvent:
-    """What ``train`` yields after every iteration (``val_psnr`` only when it validated at this iteration)."""
+    """What ``train`` yields after every iteration.
+
+    ``loss`` and ``stats`` are read back only on checked iterations (every one on the CPU; every
+    ``log_every``-th, before saves and at the end on CUDA, so the GPU never waits), else None; ``val_psnr``
+    only when it validated at this iteration. ``trainer`` gives the model, pruner, optimizer and the loss
+    tensor of the step (``trainer.last_loss``) for consumers that record more.
+    """
 
     iteration: int
-    loss: float
+    loss: float | None
     lr: float
     stage: str
     stats: Any = None  # the pruner's StepStats for this iteration
     val_psnr: float | None = None
     elapsed: float = 0.0  # seconds of training in this process
     checkpoint: Path | None = None  # set on the last event: the final sparse checkpoint
+    saved: bool = False  # state.pt was written at this iteration
+    trainer: Trainer | None = None
 
 
 class _IterationBatches(torch.utils.data.Sampler):
@@ -277,11 +302,15 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
+def train(
+    config: TrainConfig, *, resume: bool = False, deadline: float | None = None
+) -> Iterator[TrainEvent]:
     """Run ``config`` and yield a ``TrainEvent`` per iteration; writes log.jsonl, state.pt, model.safetensors.
 
     With ``resume`` and an existing ``out/state.pt`` it continues from there exactly. Without ``resume`` an
     ``out`` that already holds a state is refused, so a finished run is never overwritten by accident.
+    ``deadline`` (a ``time.monotonic()`` value): once it has passed, the run saves its state after the
+    current iteration and returns early, logging ``paused``; resuming continues exactly where it stopped.
     """
     from iss import archs, pruning
 
@@ -303,48 +332,67 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
 
     _seed_everything(config.seed)
     model = archs.build(config.arch, config.scale, **config.arch_kwargs)
-    pruner = pruning.build(config.method, model.to(device), config.ratio, **pruner_options(config))
-    last_stats: list[Any] = [None]
-    pruner.add_callback(lambda stats: last_stats.__setitem__(0, stats))
+    channels_last = device.type == "cuda" and getattr(model, "prefers_channels_last", False)
+    model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
+    pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
     trainer = Trainer(_wrap(model, config, ddp, device), pruner, config)
+    trainer.channels_last = channels_last
     start = (
         _restore(state_path, config, model, trainer, pruner, ddp) if state_path and state_path.exists() else 0
     )
-    loader = _loader(config, ddp, device, start)
+    batches = _batches(config, ddp, device, start)
     val_samples = _validation_samples(config) if config.val_data and ddp.main else []
 
     log = None
     if out and ddp.main:
         out.mkdir(parents=True, exist_ok=True)
+        _truncate_log(out / "log.jsonl", start)
         log = (out / "log.jsonl").open("a")
         _log(log, {"event": "resume" if start else "start", "iteration": start, "config": config.to_dict()})
     began = time.perf_counter()
     iteration = start
     try:
-        for lr, hr in loader:
+        for lr, hr in batches:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             iteration += 1
+            last = iteration == config.iters
+            saving = state_path is not None and (iteration % config.save_every == 0 or last)
+            logging = iteration % config.log_every == 0 or last
+            checked = device.type == "cpu" or logging or saving
             learning_rate = trainer.lr
-            loss = trainer.step(lr.to(device, non_blocking=True), hr.to(device, non_blocking=True))
-            if ddp.world > 1 and (iteration % config.mask_check_every == 0 or iteration == config.iters):
+            loss = trainer.step(lr, hr, check=checked)
+            if ddp.world > 1 and (iteration % config.mask_check_every == 0 or last):
                 checksum = _check_masks_agree(pruner.masks, device)
-                if log and iteration == config.iters:
-                    agree = {"event": "masks_agree", "ranks": ddp.world, "checksum": checksum}
-                    _log(log, {**agree, "iteration": iteration})
-            event = TrainEvent(iteration, loss, learning_rate, pruner.stage, last_stats[0])
-            if val_samples and (iteration % config.val_every == 0 or iteration == config.iters):
+                if log and last:
+                    _log(log, {"event": "masks_agree", "ranks": ddp.world, "checksum": checksum,
+                               "iteration": iteration})  # fmt: skip
+            event = TrainEvent(
+                iteration, loss.item() if checked else None, learning_rate, pruner.stage,
+                pruner.stats if logging else None, trainer=trainer,
+            )  # fmt: skip
+            if val_samples and (iteration % config.val_every == 0 or last):
                 event.val_psnr = _validate(model, val_samples, config.scale, device)
             event.elapsed = time.perf_counter() - began
-            if log and (
-                iteration % config.log_every == 0 or event.val_psnr is not None or iteration == config.iters
-            ):
+            if log and (logging or event.val_psnr is not None):
                 _log(log, _event_record(event))
-            if state_path and (iteration % config.save_every == 0 or iteration == config.iters):
+            if saving:
                 _save_state(state_path, model, trainer, pruner, config, iteration, ddp)
-            if iteration == config.iters and out and ddp.main:
+                event.saved = True
+            if last and out and ddp.main:
                 event.checkpoint = _save_checkpoint(out, model, pruner, config, iteration, event.val_psnr)
-            if iteration == config.iters and ddp.world > 1:
+            if last and ddp.world > 1:
                 torch.distributed.barrier()  # no rank leaves (and tears down the group) while rank 0 saves
             yield event
+        else:
+            return
+        # The deadline passed: keep everything up to this iteration (its loss checked first) and stop.
+        if trainer.last_loss is not None and iteration > start:
+            check_loss(trainer.last_loss, iteration)
+        if state_path and iteration > start:
+            _save_state(state_path, model, trainer, pruner, config, iteration, ddp)
+        if log:
+            _log(log, {"event": "paused", "iteration": iteration, "elapsed": time.perf_counter() - began})
     except NonFiniteLossError as e:
         if log:
             _log(log, {"event": "stopped", "iteration": iteration, "reason": str(e)})
@@ -352,6 +400,18 @@ def train(config: TrainConfig, *, resume: bool = False) -> Iterator[TrainEvent]:
     finally:
         if log:
             log.close()
+
+
+def _truncate_log(path: Path, iteration: int) -> None:
+    """Drop log records after ``iteration`` (a killed run logged past its last saved state)."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if json.loads(line).get("iteration", 0) <= iteration]
+    if len(kept) < len(lines):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, path)
 
 
 def _wrap(model: nn.Module, config: TrainConfig, ddp: _Dist, device: torch.device) -> nn.Module:
@@ -378,17 +438,25 @@ def _restore(
     return int(state["iteration"])
 
 
-def _loader(config: TrainConfig, ddp: _Dist, device: torch.device, start: int) -> torch.utils.data.DataLoader:
-    """``TrainPatches`` batches for iterations ``start+1 .. iters`` of this rank (``_IterationBatches``)."""
-    from iss.data import TrainPatches
+def _batches(
+    config: TrainConfig, ddp: _Dist, device: torch.device, start: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``TrainPatches`` batches for iterations ``start+1 .. iters`` of this rank (``_IterationBatches``), on
+    ``device``: cut there from images kept on it (``DevicePatches``, CUDA) or by a DataLoader (CPU)."""
+    from iss.data import DevicePatches, TrainPatches
 
     length = config.iters * ddp.world * config.batch
     dataset = TrainPatches(config.train_data, config.scale, config.patch, length=length, seed=config.seed)
-    return torch.utils.data.DataLoader(
-        dataset, batch_sampler=_IterationBatches(config.batch, ddp.rank, ddp.world, start, config.iters),
-        num_workers=config.workers, pin_memory=device.type == "cuda",
+    sampler = _IterationBatches(config.batch, ddp.rank, ddp.world, start, config.iters)
+    on_device = device.type == "cuda" if config.data_on_device is None else config.data_on_device
+    if on_device:
+        patches = DevicePatches(dataset, device)
+        return (patches.batch(indices) for indices in sampler)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, num_workers=config.workers, pin_memory=device.type == "cuda",
         generator=torch.Generator().manual_seed(config.seed),  # keeps the global RNG untouched (exact resume)
     )  # fmt: skip
+    return ((lr.to(device, non_blocking=True), hr.to(device, non_blocking=True)) for lr, hr in loader)
 
 
 def _validation_samples(config: TrainConfig) -> list:
@@ -413,6 +481,8 @@ def _check_same_run(config: TrainConfig, saved: dict[str, Any], path: Path) -> N
         "threads",
         "val_data",
         "device",
+        "data_on_device",
+        "checkpoint_dtype",
     }
     current = config.to_dict()
     changed = sorted(k for k in current if k not in free and current[k] != saved.get(k))
@@ -466,7 +536,7 @@ def _save_checkpoint(
                    "patch": config.patch, "seed": config.seed},
     }  # fmt: skip
     masks = pruner.masks if pruner.stage == "finetune" else None
-    return checkpoint.save(model, out / "model.safetensors", meta, masks)
+    return checkpoint.save(model, out / "model.safetensors", meta, masks, dtype=config.checkpoint_dtype)
 
 
 def _event_record(event: TrainEvent) -> dict[str, Any]:
@@ -565,14 +635,15 @@ def run(args: argparse.Namespace) -> int:
     bar = tqdm(
         total=config.iters, disable=args.no_progress or not main, desc=f"{config.method} {config.arch}"
     )
-    val = None
+    val = loss = None
     try:
         for event in train(config, resume=args.resume):
             if bar.n == 0:
                 bar.update(event.iteration - 1)
             bar.update(1)
             val = event.val_psnr if event.val_psnr is not None else val
-            postfix = {"loss": f"{event.loss:.4f}", "stage": event.stage}
+            loss = event.loss if event.loss is not None else loss
+            postfix = {"loss": f"{loss:.4f}" if loss is not None else "-", "stage": event.stage}
             if val is not None:
                 postfix["psnr"] = f"{val:.2f}"
             bar.set_postfix(postfix, refresh=False)

@@ -65,6 +65,8 @@ class TrainConfig:
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     pruner_options: dict[str, Any] = field(default_factory=dict)
     mask_check_every: int = 100  # distributed runs: compare a mask checksum across ranks every N iterations
+    data_on_device: bool | None = None  # cut patches on the training device (None: on CUDA); same batches
+    checkpoint_dtype: str = "fp32"  # kept values of the final checkpoint: fp32 or fp16
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)
@@ -88,6 +90,7 @@ class TrainConfig:
             "log_every": self.log_every > 0,
             "workers": self.workers >= 0,
             "mask_check_every": self.mask_check_every > 0,
+            "checkpoint_dtype": self.checkpoint_dtype in ("fp32", "fp16"),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

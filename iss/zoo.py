@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ZOO = REPO_ROOT / "checkpoints" / "zoo.json"
+DEFAULT_HUB_REPO = (
+    "iss-sr/zoo"  # where ``zoo push`` publishes unless told otherwise; entries start at ``main``
+)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # ----------------------------------------------------------------------------------------------- zoo manifest
@@ -146,6 +149,33 @@ def _parse_hub(hub: Any, where: str) -> HubRef | None:
     if not _is_plain_relative(hub["filename"]):
         raise ValueError(f"{where}: hub.filename must be a relative path, got {hub['filename']!r}")
     return HubRef(repo_id=hub["repo_id"], revision=hub["revision"], filename=hub["filename"])
+
+
+def merge_entries(manifest: Path, entries: list[dict[str, Any]], *, force: bool = False) -> list[str]:
+    """Add ``entries`` to ``manifest`` (a file is created if missing), replacing same-named ones; returns
+    their names. A CPU-trained entry does not replace a GPU-trained one unless ``force``."""
+    raw = json.loads(manifest.read_text()) if manifest.is_file() else {"version": 1, "entries": []}
+    for i, item in enumerate(entries):
+        _parse_entry(item, f"new entry {i}", manifest.parent)
+    by_name = {item["name"]: item for item in raw["entries"]}
+    for item in entries:
+        old = by_name.get(item["name"])
+        if old is not None and not force and _on_cpu(item) and not _on_cpu(old):
+            raise ValueError(
+                f"{item['name']}: refusing to replace the GPU-trained entry ({old['budget'].get('device')}) "
+                "with a CPU-trained one; pass --force to do it anyway"
+            )  # fmt: skip
+        by_name[item["name"]] = item
+    raw["entries"] = list(by_name.values())
+    tmp = manifest.with_name(manifest.name + ".tmp")
+    tmp.write_text(json.dumps(raw, indent=2) + "\n")
+    os.replace(tmp, manifest)
+    load_zoo(manifest)  # the result must still be a valid manifest
+    return [item["name"] for item in entries]
+
+
+def _on_cpu(item: dict[str, Any]) -> bool:
+    return str(item.get("budget", {}).get("device", "cpu")).startswith("cpu")
 
 
 def _is_plain_relative(name: str) -> bool:
@@ -414,7 +444,9 @@ def pin_manifest(manifest: Path, repo_id: str, commit: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``zoo list|fetch|push`` arguments."""
+    """``zoo list|fetch|push`` arguments, and the factory's ``train|cell|status|add`` (``iss.factory``)."""
+    from . import factory
+
     sub = parser.add_subparsers(dest="zoo_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--manifest", type=Path, default=None, help=f"zoo manifest (default {DEFAULT_ZOO})")
@@ -437,10 +469,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", nargs="?", type=Path, const=Path("zoo-push-preview"), default=None, metavar="DIR",
         help="write the files that would be uploaded (card, zoo.json, checkpoints) to DIR instead",
     )  # fmt: skip
+    factory.add_commands(sub, common)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``zoo list|fetch|push``."""
+    """Run ``zoo list|fetch|push``, or a factory command."""
+    from . import factory
+
+    if args.zoo_command in factory.COMMANDS:
+        return factory.run(args)
     if args.zoo_command == "list":
         print(format_table(load_zoo(args.manifest), cache_dir=args.cache_dir))
         return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import shutil
 import struct
 import zlib
@@ -18,6 +19,7 @@ import iss.resize
 from iss.data import (
     BENCHMARKS,
     BenchmarkSet,
+    DevicePatches,
     ImageError,
     TrainPatches,
     benchmark_name,
@@ -400,3 +402,14 @@ def test_train_patches_errors(tmp_path: Path) -> None:
     Image.fromarray(_random_image(8, 8)).save(tmp_path / "small" / "a.png")
     with pytest.warns(UserWarning), pytest.raises(ValueError, match="no training image"):
         TrainPatches(tmp_path / "small", scale=2, patch=8)
+
+
+def test_device_patches_equal_train_patches(train_folder: Path) -> None:
+    """Batches cut by gathers from the uint8 bank are the dataset's items, bit for bit (every flip and
+    transpose, several images), so CPU and GPU runs see the same patches."""
+    patches = TrainPatches(train_folder, 2, 8, length=64, seed=3)
+    lr, hr = DevicePatches(patches, "cpu").batch(range(64))
+    items = [patches[i] for i in range(64)]
+    assert torch.equal(lr, torch.stack([a for a, _ in items]))
+    assert torch.equal(hr, torch.stack([b for _, b in items]))
+    assert {patches.draw(i)[3:] for i in range(64)} == set(itertools.product((False, True), repeat=3))

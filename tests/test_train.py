@@ -221,6 +221,83 @@ def _assert_identical(a: object, b: object) -> None:
         assert a == b
 
 
+def test_deadline_pauses_and_resume_continues_exactly(
+    stand_ins: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped by its deadline between two saves keeps its exact state; resuming finishes it as if
+    it had never stopped, and the log holds every iteration once."""
+    straight = _config(tmp_path / "a", stand_ins)
+    list(train_mod.train(straight))
+
+    paused = _config(tmp_path / "b", stand_ins)
+    clock = iter(range(1000))
+    monkeypatch.setattr(train_mod.time, "monotonic", lambda: next(clock))
+    events = list(train_mod.train(paused, deadline=2))  # the clock reads 0, 1, then 2 before iteration 3
+    assert [e.iteration for e in events] == [1, 2]
+    assert _final_state(Path(paused.out))["iteration"] == 2  # saved on pause, between saves (every 3)
+    assert [e.iteration for e in train_mod.train(paused, resume=True)] == [3, 4, 5, 6]
+
+    a, b = _final_state(Path(straight.out)), _final_state(Path(paused.out))
+    _assert_identical(a["model"], b["model"])
+    _assert_identical(a["pruner"], b["pruner"])
+    _assert_identical(a["trainer"], b["trainer"])
+    records = [json.loads(line) for line in (Path(paused.out) / "log.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in records if "event" in r] == ["start", "paused", "resume"]
+    logged = [r["iteration"] for r in records if "loss" in r]
+    assert logged == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_after_a_kill_drops_log_lines_past_the_saved_state(stand_ins: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, stand_ins)
+    for event in train_mod.train(config):
+        if event.iteration == 5:  # logged 4 and 5, saved at 3: a kill here loses 4 and 5
+            break
+    list(train_mod.train(config, resume=True))
+    records = [json.loads(line) for line in (Path(config.out) / "log.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records if "loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_batches_cut_on_the_device_equal_the_dataloader(stand_ins: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, stand_ins, iters=4)
+    single = train_mod._Dist()
+    loader = list(train_mod._batches(config, single, torch.device("cpu"), 1))
+    on_device = dataclasses.replace(config, data_on_device=True)
+    gathered = list(train_mod._batches(on_device, single, torch.device("cpu"), 1))
+    assert len(loader) == len(gathered) == 3
+    for (a, b), (c, d) in zip(loader, gathered, strict=True):
+        assert torch.equal(a, c) and torch.equal(b, d)
+
+
+def test_channels_last_convnet_trains_prunes_and_saves(tmp_path: Path) -> None:
+    """What ``train`` does for EDSR on CUDA, on the CPU: channels-last weights and inputs give the same
+    steps as the default layout, the pruner's masks hold, and the checkpoint loads back equal."""
+    from iss import archs, checkpoint, pruning
+
+    config = TrainConfig(arch="edsr-l", scale=2, method="iss-p", ratio=0.5, iters=4, prune_iters=2)
+    runs = []
+    for layout in (torch.contiguous_format, torch.channels_last):
+        torch.manual_seed(0)
+        model = archs.build("edsr-l", 2, num_feat=8, num_block=2).to(memory_format=layout)
+        pruner = pruning.build("iss-p", model, 0.5, prune_iters=2)
+        trainer = Trainer(model, pruner, config)
+        trainer.channels_last = layout == torch.channels_last
+        torch.manual_seed(1)
+        for _ in range(4):
+            trainer.step(torch.rand(2, 3, 8, 8), torch.rand(2, 3, 16, 16))
+        runs.append((model, pruner))
+    (dense, dense_pruner), (nhwc, nhwc_pruner) = runs
+    assert nhwc.body[0].conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    for name, mask in dense_pruner.masks.items():
+        assert torch.equal(mask, nhwc_pruner.masks[name]), name
+    for a, b in zip(dense.parameters(), nhwc.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    path = checkpoint.save(nhwc, tmp_path / "m.safetensors", {"arch": "edsr-l", "scale": 2,
+                           "arch_kwargs": {"num_feat": 8, "num_block": 2}}, nhwc_pruner.masks)  # fmt: skip
+    loaded, _ = checkpoint.load(path)
+    for a, b in zip(loaded.parameters(), nhwc.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_resume_refuses_a_changed_config(stand_ins: dict, tmp_path: Path) -> None:
     config = _config(tmp_path, stand_ins, iters=3)
     list(train_mod.train(config))
@@ -255,10 +332,10 @@ def test_nan_during_train_keeps_last_good_state(stand_ins: dict, tmp_path: Path,
     config = _config(tmp_path, stand_ins)
     real_step = Trainer.step
 
-    def poisoned(self, lr, hr):
+    def poisoned(self, lr, hr, **options):
         if self.pruner.iteration == 4:
             lr = lr * float("nan")
-        return real_step(self, lr, hr)
+        return real_step(self, lr, hr, **options)
 
     monkeypatch.setattr(Trainer, "step", poisoned)
     with pytest.raises(NonFiniteLossError):

@@ -1,0 +1,488 @@
+"""The zoo factory: train a plan's cells inside a time box, resumably, and turn them into zoo entries.
+
+``python -m iss zoo train --plan checkpoints/zoo_plan.json --minutes M --work DIR`` trains the next
+unfinished cells (``iss.plan``) for at most M minutes, each in its own process driving ``iss.train.train``
+(``--jobs N`` runs N at once). Each cell keeps its run in ``DIR/<cell>/`` (``state.pt``, ``log.jsonl``,
+``model.safetensors``) and a record, ``cell.json``: the plan cell, time, throughput, device, git commit and
+the metrics of its compact checkpoint. A cell stops cleanly at the deadline and the next call continues it
+exactly; finished cells are evaluated (``eval`` sets of the plan) within the same time box, set by set.
+``zoo add`` merges finished cells into ``checkpoints/zoo.json``; ``zoo status`` shows the plan's progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .plan import Cell, Plan, load_plan
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EVAL_SECONDS_PER_MPIXEL = 20.0  # a guess for the first set of a process; later sets use measured times
+
+
+@dataclass
+class CellRecord:
+    """``DIR/<cell>/cell.json``: what a cell is, how far it got, what it cost and how good it is."""
+
+    cell: dict[str, Any]
+    iterations: int = 0
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    device: str = ""
+    jobs: int = 1
+    git_commit: str = ""
+    metrics: dict[str, dict[str, float]] | None = None
+
+    @property
+    def trained(self) -> bool:
+        return self.iterations >= self.cell["iters"]
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.iterations / self.train_seconds if self.train_seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["steps_per_second"] = round(self.steps_per_second, 3)
+        data["images_per_second"] = round(self.steps_per_second * self.cell["batch"], 1)
+        return data
+
+    @classmethod
+    def read(cls, folder: Path, cell: Cell) -> CellRecord:
+        path = folder / "cell.json"
+        if not path.is_file():
+            return cls(cell.to_dict())
+        data = json.loads(path.read_text())
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        record = cls(**fields)
+        if record.cell != cell.to_dict():
+            raise ValueError(
+                f"{folder} was trained for a different plan cell ({record.cell}); the plan now says "
+                f"{cell.to_dict()}. Use another --work folder, or delete {folder} to start the cell again."
+            )
+        return record
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / "cell.json.tmp"
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, folder / "cell.json")
+
+
+# ------------------------------------------------------------------------------------------------ one cell
+
+
+def run_cell(
+    plan: Plan,
+    name: str,
+    work: Path,
+    data_dir: Path,
+    until: float,
+    *,
+    device: str = "auto",
+    threads: int | None = None,
+    jobs: int = 1,
+) -> CellRecord:
+    """Train (or continue) one cell until it is done or ``until`` (a ``time.time()``) comes; then evaluate
+    it on the plan's sets that fit in the time left. Returns the cell's record, also written to disk."""
+    from .train import train
+
+    cell = plan.cell(name)
+    folder = work / cell.name
+    record = CellRecord.read(folder, cell)
+    record.jobs, record.git_commit = jobs, record.git_commit or git_commit()
+    if not record.trained:
+        cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        config = cell.config(
+            [str(data_dir / d) for d in plan.train_data],
+            folder,
+            device=device,
+            threads=threads,
+            compile=cell.compile and cuda,
+        )
+        deadline = time.monotonic() + (until - time.time())
+        began = time.perf_counter()
+        for event in train(config, resume=(folder / "state.pt").exists(), deadline=deadline):
+            record.iterations = event.iteration
+        record.train_seconds += time.perf_counter() - began
+        record.device = device_name(config.device)
+        record.write(folder)
+    if record.trained:
+        evaluate_cell(record, folder, plan.eval, data_dir / "benchmarks", until, device=device)
+    return record
+
+
+def evaluate_cell(
+    record: CellRecord,
+    folder: Path,
+    datasets: list[str],
+    benchmarks: Path,
+    until: float | None = None,
+    *,
+    device: str = "auto",
+) -> None:
+    """Add the metrics of ``folder/model.safetensors`` on ``datasets`` not measured yet, set by set, while
+    the next set is expected to finish before ``until``; sets missing from ``benchmarks`` are skipped."""
+    from .checkpoint import load
+    from .data import BenchmarkSet
+    from .evaluate import evaluate
+    from .infer import model_upscaler
+
+    record.metrics = record.metrics or {}
+    todo = [s for s in datasets if s not in record.metrics and (benchmarks / s / "HR").is_dir()]
+    if not todo:
+        return
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch_device = torch.device(device)
+    model, _ = load(folder / "model.safetensors", device=torch_device)
+    rate = EVAL_SECONDS_PER_MPIXEL
+    for name in todo:
+        bench = BenchmarkSet(benchmarks, name, record.cell["scale"])
+        mpixels = sum(s.hr.size for s in bench) / 3e6
+        if until is not None and time.time() + rate * mpixels > until:
+            return
+        began = time.perf_counter()
+        record.metrics.update(
+            evaluate(
+                model_upscaler(model, device=torch_device),
+                [name],
+                record.cell["scale"],
+                benchmarks,
+                progress=False,
+            )
+        )
+        seconds = time.perf_counter() - began
+        record.eval_seconds += seconds
+        rate = seconds / mpixels
+        record.write(folder)
+
+
+def device_name(device: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` or ``cpu: AMD EPYC ... (2 threads)``: what the throughput was measured on."""
+    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+        return torch.cuda.get_device_name()
+    model = platform.processor() or "cpu"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        model = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            model,
+        )
+    return f"cpu: {model} ({torch.get_num_threads()} threads)"
+
+
+def git_commit() -> str:
+    """The code's commit: ``$ISS_GIT_COMMIT`` (set where the tree travels without .git), else ``git``."""
+    if os.environ.get("ISS_GIT_COMMIT"):
+        return os.environ["ISS_GIT_COMMIT"]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "diff", "--quiet", "HEAD", "--", "iss"]
+        ).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+# ------------------------------------------------------------------------------------------------ scheduling
+
+
+def status(plan: Plan, work: Path) -> list[tuple[Cell, CellRecord]]:
+    """Every cell of the plan with its record (a fresh one for cells not started)."""
+    return [(cell, CellRecord.read(work / cell.name, cell)) for cell in plan.cells]
+
+
+def pending(plan: Plan, work: Path, benchmarks: Path) -> list[Cell]:
+    """Cells not trained yet, or missing metrics on a plan set found in ``benchmarks``, in plan order."""
+    sets = {s for s in plan.eval if (benchmarks / s / "HR").is_dir()}
+    return [
+        cell for cell, record in status(plan, work) if not record.trained or sets - set(record.metrics or {})
+    ]
+
+
+def train_plan(
+    plan: Plan,
+    work: Path,
+    data_dir: Path,
+    minutes: float,
+    *,
+    jobs: int = 1,
+    device: str = "auto",
+    threads: int | None = None,
+    log=print,
+) -> dict[str, int]:
+    """Run pending cells, ``jobs`` at a time, each in its own process, until they are done or ``minutes``
+    have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline."""
+    from .data import TrainPatches
+
+    until = time.time() + 60 * minutes
+    work.mkdir(parents=True, exist_ok=True)
+    queue = pending(plan, work, data_dir / "benchmarks")
+    if device == "cpu" or not torch.cuda.is_available():
+        threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+    for scale in sorted({c.scale for c in queue}):  # make the LR of the training images once, not per worker
+        TrainPatches([data_dir / d for d in plan.train_data], scale, 1, length=1)
+    running: dict[str, subprocess.Popen] = {}
+    exits: dict[str, int] = {}
+    while (queue or running) and time.time() < until - 5:
+        while queue and len(running) < jobs:
+            cell = queue.pop(0)
+            running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
+            log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
+        time.sleep(0.2)
+        for name, process in list(running.items()):
+            if process.poll() is not None:
+                exits[name] = running.pop(name).returncode
+                log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
+    for name, process in running.items():  # past the deadline: they save and stop on their own
+        exits[name] = process.wait()
+        log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
+    return exits
+
+
+def _start(
+    plan: Plan,
+    cell: Cell,
+    work: Path,
+    data_dir: Path,
+    until: float,
+    device: str,
+    threads: int | None,
+    jobs: int,
+) -> subprocess.Popen:
+    """A worker process for one cell; its output goes to ``DIR/<cell>/worker.log``."""
+    folder = work / cell.name
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "iss",
+        "zoo",
+        "cell",
+        cell.name,
+        "--plan",
+        str(plan.path),
+        "--work",
+        str(work),
+        "--data-dir",
+        str(data_dir),
+        "--until",
+        repr(until),
+        "--device",
+        device,
+        "--jobs",
+        str(jobs),
+    ]
+    if threads:
+        command += ["--threads", str(threads)]
+    with (folder / "worker.log").open("a") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+
+
+def _summary(work: Path, cell: Cell, exit_code: int) -> str:
+    """One line on a worker that ended: progress, speed, metrics (or where its error is)."""
+    if exit_code:
+        return f"FAILED (exit {exit_code}); see {work / cell.name / 'worker.log'}"
+    record = CellRecord.read(work / cell.name, cell)
+    metrics = "".join(f", {k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
+    return f"{record.iterations}/{cell.iters} iterations, {record.steps_per_second:.2f} it/s{metrics}"
+
+
+# ------------------------------------------------------------------------------------------------ zoo entries
+
+
+def zoo_entry(record: CellRecord, folder: Path, dest: Path, hub_repo: str) -> dict[str, Any]:
+    """Copy a finished cell's checkpoint to ``dest/<name>.safetensors`` and describe it as a zoo entry."""
+    from .checkpoint import read_meta
+    from .hub import sha256_of
+
+    cell = record.cell
+    name = f"{cell['arch']}_x{cell['scale']}_{cell['method']}_r{cell['ratio']:g}"
+    meta = read_meta(folder / "model.safetensors")  # verifies the checkpoint's own hash
+    file = dest / f"{name}.safetensors"
+    file.write_bytes((folder / "model.safetensors").read_bytes())
+    budget = {
+        "iterations": cell["iters"],
+        "prune_iters": meta["budget"]["prune_iters"],
+        "batch": cell["batch"],
+        "patch": cell["patch"],
+        "lr": cell["lr"],
+        "milestones": cell["milestones"],
+        "seed": cell["seed"],
+        "data": meta["data"],
+        "device": record.device,
+        "jobs": record.jobs,
+        "train_minutes": round(record.train_seconds / 60, 1),
+        "steps_per_second": round(record.steps_per_second, 3),
+        "images_per_second": round(record.steps_per_second * cell["batch"], 1),
+        "values": cell["checkpoint_dtype"],
+        "git_commit": record.git_commit,
+    }
+    return {
+        "name": name,
+        "arch": cell["arch"],
+        "scale": cell["scale"],
+        "method": cell["method"],
+        "ratio": cell["ratio"],
+        "file": file.name,
+        "sha256": sha256_of(file),
+        "size_bytes": file.stat().st_size,
+        "hub": {"repo_id": hub_repo, "revision": "main", "filename": file.name},
+        "budget": budget,
+        "metrics": {
+            s: {"psnr": round(m["psnr"], 4), "ssim": round(m["ssim"], 6)}
+            for s, m in (record.metrics or {}).items()
+        },
+    }
+
+
+def add_to_zoo(
+    plan: Plan,
+    work: Path,
+    manifest: Path,
+    *,
+    datasets: list[str],
+    benchmarks: Path | None,
+    names: list[str] | None = None,
+    force: bool = False,
+    log=print,
+) -> list[str]:
+    """Evaluate finished cells on ``datasets`` still missing, then merge them into ``manifest``."""
+    from .zoo import DEFAULT_HUB_REPO, merge_entries
+
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for cell, record in status(plan, work):
+        if (names and cell.name not in names) or not record.trained:
+            continue
+        folder = work / cell.name
+        if benchmarks is not None:
+            evaluate_cell(record, folder, datasets, benchmarks)
+        missing = [s for s in datasets if s not in (record.metrics or {})]
+        if missing:
+            raise FileNotFoundError(f"{cell.name}: no metrics on {', '.join(missing)}; pass --data-dir")
+        entries.append(zoo_entry(record, folder, manifest.parent, DEFAULT_HUB_REPO))
+        log(f"{cell.name}: " + ", ".join(f"{s} {m['psnr']:.2f}" for s, m in entries[-1]["metrics"].items()))
+    return merge_entries(manifest, entries, force=force)
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+COMMANDS = ("train", "cell", "status", "add")
+
+
+def add_commands(sub: Any, common: Any) -> None:
+    """``zoo train|cell|status|add`` (the factory's part of ``python -m iss zoo``)."""
+    planned = type(common)(add_help=False)
+    planned.add_argument("--plan", type=Path, default=REPO_ROOT / "checkpoints" / "zoo_plan.json")
+    planned.add_argument("--work", type=Path, required=True, help="folder of the cells' runs")
+    planned.add_argument(
+        "--data-dir",
+        type=Path,
+        default=os.environ.get("ISS_DATA_DIR"),
+        help="folder holding the plan's train_data and benchmarks/ (default $ISS_DATA_DIR)",
+    )
+    running = type(common)(add_help=False)
+    running.add_argument("--device", default="auto", help="cuda, cpu (default: cuda when available)")
+    running.add_argument("--threads", type=int, help="torch CPU threads per cell (default: cores / jobs)")
+    running.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
+    train = sub.add_parser("train", parents=[planned, running], help="train the plan's next cells")
+    train.add_argument("--minutes", type=float, required=True, help="stop cleanly within this time")
+    cell = sub.add_parser("cell", parents=[planned, running], help="(used by zoo train) one cell's worker")
+    cell.add_argument("name")
+    cell.add_argument("--until", type=float, required=True, help="deadline as a Unix time")
+    sub.add_parser("status", parents=[planned], help="the plan's cells: progress, speed, metrics")
+    add = sub.add_parser("add", parents=[planned, common], help="merge finished cells into the zoo manifest")
+    add.add_argument(
+        "--datasets",
+        default="Set5,Set14,B100,Urban100,Manga109",
+        help="sets every entry must have metrics on (missing ones are evaluated here)",
+    )
+    add.add_argument("--cells", help="only these cells (comma-separated names)")
+    add.add_argument("--force", action="store_true", help="let a CPU-trained cell replace a GPU-trained one")
+
+
+def run(args: Any) -> int:
+    """Run one of ``COMMANDS``."""
+    from .cli import UsageError
+
+    if args.data_dir is None and args.zoo_command != "status":
+        raise UsageError("pass --data-dir (or set ISS_DATA_DIR): the folder holding train/ and benchmarks/")
+    plan = load_plan(args.plan)
+    if args.zoo_command == "train":
+        exits = train_plan(
+            plan,
+            args.work,
+            args.data_dir,
+            args.minutes,
+            jobs=args.jobs,
+            device=args.device,
+            threads=args.threads,
+        )
+        print(format_status(plan, args.work))
+        return 1 if any(exits.values()) else 0
+    if args.zoo_command == "cell":
+        run_cell(
+            plan,
+            args.name,
+            args.work,
+            args.data_dir,
+            args.until,
+            device=args.device,
+            threads=args.threads,
+            jobs=args.jobs,
+        )
+        return 0
+    if args.zoo_command == "status":
+        print(format_status(plan, args.work))
+        return 0
+    names = args.cells.split(",") if args.cells else None
+    datasets = [s for s in args.datasets.split(",") if s]
+    manifest = args.manifest or REPO_ROOT / "checkpoints" / "zoo.json"
+    added = add_to_zoo(
+        plan,
+        args.work,
+        manifest,
+        datasets=datasets,
+        benchmarks=args.data_dir / "benchmarks",
+        names=names,
+        force=args.force,
+    )
+    print(f"{manifest}: added or replaced {len(added)} entries: {', '.join(added) or '-'}")
+    return 0
+
+
+def format_status(plan: Plan, work: Path) -> str:
+    """A text table of the plan's cells: iterations done, it/s, device, metrics."""
+    rows = [("cell", "iterations", "it/s", "minutes", "metrics (PSNR)", "device")]
+    for cell, record in status(plan, work):
+        metrics = " ".join(f"{k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
+        rows.append(
+            (
+                cell.name,
+                f"{record.iterations}/{cell.iters}",
+                f"{record.steps_per_second:.2f}",
+                f"{record.train_seconds / 60:.1f}",
+                metrics or "-",
+                record.device or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
