@@ -260,6 +260,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 )
                 grid = gr.Gallery(
                     label="Zoomed region",
+                    elem_id="zoom-gallery",
                     show_label=False,
                     format="png",
                     columns=4,
@@ -269,6 +270,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 )
             table = gr.Dataframe(
                 headers=compare.TABLE_HEADERS,
+                elem_id="results-table",
                 label="Results",
                 interactive=False,
                 wrap=False,

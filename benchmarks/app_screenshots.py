@@ -43,7 +43,7 @@ def analysis_tab(page: Page, out: Path, seconds: float, timeout_ms: int) -> None
     page.get_by_role("button", name="Train ISS-P vs IHT").click()
     page.wait_for_selector(".js-plotly-plot .scatterlayer .trace", timeout=timeout_ms)
     time.sleep(seconds)
-    page.get_by_role("button", name="Stop").click()
+    page.get_by_role("button", name="Stop").click(force=True)  # the page redraws plots each second
     page.get_by_text("stopped at iteration").first.wait_for(timeout=timeout_ms)
     time.sleep(2)
     shoot(page, out, "analysis_stopped")

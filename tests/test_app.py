@@ -185,7 +185,9 @@ def test_typed_inputs_refuse_nonsense_with_a_message() -> None:
 
 
 @pytest.mark.browser
-def test_browser_compare_then_analysis_plot(app_url: str, tmp_path: Path) -> None:
+def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
+    """A user's session: compare (every zoom tile visible, no cell wrapped), train then Stop (plots kept,
+    "stopped at iteration N", no error badge), and the Sparsity tab drawn on opening."""
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing on CI (.ci/run installs Debian's chromium)")
@@ -200,16 +202,33 @@ def test_browser_compare_then_analysis_plot(app_url: str, tmp_path: Path) -> Non
             page.locator("input[type=file]").first.set_input_files(
                 str(compare.EXAMPLES_DIR / "launch_towers.png")
             )
-            page.get_by_role("button", name="Compare").click()
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('img')].filter("
-                "i => i.src.includes('gradio_api/file') && i.src.endsWith('.png')).length >= 3",
-                timeout=120_000,
-            )
-            page.get_by_text("bicubic").first.wait_for(timeout=10_000)
+            page.get_by_text("Expected: about").first.wait_for(timeout=120_000)  # before running
+            page.get_by_role("button", name="Compare", exact=True).click()
+            page.get_by_text("method(s) ran").first.wait_for(timeout=120_000)
+            assert page.locator("#zoom-gallery .thumbnail-item").count() == 4  # HR, LR, bicubic, iss-p
+            assert page.evaluate(TILES_VISIBLE), "a zoom tile is cut off"
+            assert page.evaluate(CELLS_WHOLE), "a table cell wraps or is truncated"
             page.get_by_role("tab", name="Analysis").click()
+            page.get_by_text("Expected on this CPU").first.wait_for(timeout=60_000)
             page.get_by_role("button", name="Train ISS-P vs IHT").click()
             page.wait_for_selector(".js-plotly-plot .scatterlayer .trace", timeout=180_000)
-            page.get_by_role("button", name="Stop").click()
+            page.get_by_role("button", name="Stop").click(force=True)  # plots redraw each second
+            page.get_by_text("Stopped at iteration").first.wait_for(timeout=120_000)
+            assert page.locator(".js-plotly-plot").count() == 3  # the live plots stay
+            assert page.get_by_text("Error", exact=True).count() == 0
+            page.get_by_role("tab", name="Sparsity").click()  # no button to press
+            page.wait_for_selector("#sparsity-structure .js-plotly-plot .heatmaplayer", timeout=60_000)
         finally:
             browser.close()
+
+
+TILES_VISIBLE = """() => {
+    const wrap = document.querySelector('#zoom-gallery .grid-wrap').getBoundingClientRect();
+    return [...document.querySelectorAll('#zoom-gallery .thumbnail-item')].every(t => {
+        const r = t.getBoundingClientRect();
+        return r.top >= wrap.top - 1 && r.bottom <= wrap.bottom + 1;
+    });
+}"""
+CELLS_WHOLE = """() => [...document.querySelectorAll('#results-table td .cell-wrap')].every(
+    c => getComputedStyle(c).whiteSpace === 'nowrap' && c.scrollWidth <= c.clientWidth + 1
+)"""
