@@ -360,12 +360,16 @@ def _plan(backbone: str, scale: int, iterations: Any, patch: int, batch: int, st
         return f"⚠️ {e.args[0] if isinstance(e, KeyError) and e.args else e}"
 
 
-def _layers_for(backbone: str, scale: int) -> Any:
-    """``/layers``: the prunable weights of a backbone (what ``/train``'s layers takes), two selected."""
+def _layer_names(backbone: str, scale: int) -> list[str]:
+    """``/layers``: the prunable weights of a backbone at a scale (what ``/train``'s layers takes)."""
     try:
-        layers = analysis.prunable_layers(backbone, int(scale))
+        return analysis.prunable_layers(backbone, int(scale))
     except (KeyError, ValueError) as e:
         raise _error(e) from None
+
+
+def _layer_choices(layers: list[str]) -> Any:
+    """The layer picker for a backbone's layers, two representative ones selected."""
     return gr.update(choices=layers, value=analysis.default_layers(layers))
 
 
@@ -473,7 +477,10 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
     flag = gr.State(None)
     fixed = [backbone, scale, ratio, alpha, prune_iters, batch, patch]
     start.change(_start_settings, [start], fixed, api_visibility="private")
-    backbone.change(_layers_for, [backbone, scale], [layers], api_name="layers")
+    layer_names = gr.JSON(visible=False, label="Layers")
+    gr.on(
+        [backbone.change, scale.change], _layer_names, [backbone, scale], [layer_names], api_name="layers"
+    ).then(_layer_choices, [layer_names], [layers], api_visibility="private")
     sizes = [backbone, scale, iterations, patch, batch, start]
     gr.on(
         [demo.load, *(component.change for component in sizes)],

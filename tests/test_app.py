@@ -159,12 +159,14 @@ def test_train_streams_then_stops_on_cancel(client) -> None:
 
 
 def test_train_layers_follow_the_backbone(client) -> None:
-    layers = client.predict("edsr-baseline", 2, api_name="/layers")["value"]
-    assert layers and all(name.startswith("body.") for name in layers)
-    *_, status = client.predict(
+    names = client.predict("edsr-baseline", 2, api_name="/layers")
+    assert names == analysis.prunable_layers("edsr-baseline", 2) and "body.0.conv1.weight" in names
+    layers = ["body.0.conv1.weight", "conv_last.weight"]
+    flips, *_, status = client.predict(
         "edsr-baseline", 2, 0.9, 0.95, 1, 10, 8, 1, layers, analysis.RANDOM_INIT, api_name="/train"
     )
     assert "1 / 1" in status and "edsr-baseline x2" in status
+    assert "ISS-P body.0.conv1" in flips["plot"] and "IHT conv_last" in flips["plot"]
 
 
 def test_typed_inputs_refuse_nonsense_with_a_message() -> None:

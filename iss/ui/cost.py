@@ -24,7 +24,7 @@ import iss
 SPEED_FILE = Path(__file__).with_name("speed.json")
 KINDS = ("train", "dense", "sparse")  # a training step of one run; dense inference; iss.sparsify inference
 # Peak memory of a live run ~ RUN_OVERHEAD + parameters x BYTES_PER_PARAMETER (per run)
-# + saved activations x ACTIVATION_OVERHEAD: fitted to peak RSS (benchmarks/live_memory.py).
+# + saved activations x ACTIVATION_OVERHEAD: fitted to peak RSS (benchmarks/live_cost.py).
 BYTES_PER_PARAMETER = 40  # weight, gradient, Adam's moments, pruner masks and scores, copies while building
 ACTIVATION_OVERHEAD = 1.3  # backward's gradient buffers on top of the saved activations
 RUN_OVERHEAD = 150e6  # training images, the validation pass, figures
