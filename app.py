@@ -278,10 +278,13 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
             files = gr.File(file_count="multiple", label="Full-resolution PNGs")
     state = gr.State(None)
     choices_for = functools.partial(_choices_for, zoo_path=zoo_path)
-    choice_outputs = [ratio, methods, zoo_note, sparse]
-    backbone.change(choices_for, [backbone, scale], choice_outputs, api_visibility="private")
-    scale.change(choices_for, [backbone, scale], choice_outputs, api_visibility="private")
-    demo.load(choices_for, [backbone, scale], choice_outputs, api_visibility="private")
+    gr.on(
+        [demo.load, backbone.change, scale.change],
+        choices_for,
+        [backbone, scale],
+        [ratio, methods, zoo_note, sparse],
+        api_visibility="private",
+    )
     ratio.input(
         functools.partial(_methods_for, zoo_path=zoo_path),
         [backbone, scale, ratio],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    load_before = round(os.getloadavg()[0], 1)
     speeds: dict[str, dict[str, float]] = {kind: {} for kind in cost.KINDS}
     for arch in args.archs.split(","):
         speeds["train"][arch] = round(train_speed(arch, args.reps), 1)
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "command": "python benchmarks/app_speed.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+        "load_average": [load_before, round(os.getloadavg()[0], 1)],  # 1 min, before and after the run
         "unit": "GFLOP/s (FLOPs counted by iss.ui.cost.trace)",
         "cpu": speeds,
     }

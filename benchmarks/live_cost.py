@@ -3,7 +3,8 @@
 Each configuration runs in its own process (peak RSS is per process): three iterations of ISS-P and IHT from
 random init, as the Analysis tab runs them. Printed: the plan's memory estimate and the peak RSS above the
 process's RSS before the run (the constants in ``iss/ui/cost.py`` are fitted to it), and the plan's seconds
-per iteration of both runs against the second iteration's (after warm-up, before the last validation)::
+to the first plot and per iteration of both runs against the measured ones (the second iteration's: after
+warm-up, before the last validation)::
 
     python benchmarks/live_cost.py --data-dir ../shared/data [--configs swinir-light:2:4:16,cat-r:2:2:16]
 """
@@ -29,6 +30,7 @@ def measure(arch: str, scale: int, batch: int, patch: int, data_dir: str | None,
     torch.set_num_threads(threads)
     plan = analysis.plan_live_run(arch, scale, 2, patch, batch, analysis.RANDOM_INIT, device="cpu")
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    start = time.perf_counter()
     run = analysis.train_live(
         arch, scale, 0.95, 0.95, 3, 100, plan.patch, plan.batch, None, analysis.RANDOM_INIT,
         device="cpu", data_dir=data_dir, update_seconds=0.0,
@@ -39,6 +41,8 @@ def measure(arch: str, scale: int, batch: int, patch: int, data_dir: str | None,
         "config": f"{arch} x{scale} batch {plan.batch} patch {plan.patch}",
         "estimate_mb": round(plan.memory_bytes / 1e6),
         "measured_mb": round(peak / 1e6),
+        "estimate_first_s": round(plan.first_update_seconds, 1),
+        "measured_first_s": round(times[0] - start, 1),
         "estimate_s_per_iteration": round(plan.seconds_per_iteration, 2),
         "measured_s_per_iteration": round(times[1] - times[0], 2),
     }

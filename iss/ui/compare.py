@@ -446,7 +446,7 @@ def _run_method(
     sr = iss.infer.upscale(model, lr, tile=tile, device=device)
     seconds = time.perf_counter() - start
     key = (entry, device, sparse, zoo_path)
-    if key in _WARM:  # a first call is no measure of speed (iss.sparsify times its layers then)
+    if key in _WARM or not sparse:  # a sparse model's first call times its layers: no measure of speed
         flops = _inference_flops(meta["arch"], scale, lr.shape[:2], meta.get("arch_kwargs"))
         cost.observe("sparse" if sparse else "dense", meta["arch"], device, flops, seconds)
     _WARM.add(key)
