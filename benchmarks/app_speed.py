@@ -1,8 +1,9 @@
 """Measure this machine's speed per backbone for the app's time estimates and write ``iss/ui/speed.json``.
 
 For every registered backbone: one training step of one run (the default live-run step: x2, batch 4, LR
-patch 16, ISS-P, Adam) and x4 inference on a 64x64 LR input, dense and through ``iss.sparsify`` (95% of each
-layer's weights zeroed by the scratch pruner), each the median of ``--reps`` timings after one warm-up.
+patch 16, ISS-P, Adam), x4 inference on a 64x64 LR input, dense and through ``iss.sparsify`` (95% of each
+layer's weights zeroed by the scratch pruner), each the median of ``--reps`` timings after one warm-up, and
+the seconds to build both runs of a live run (models, masks, optimizers).
 Speeds are GFLOP/s of the FLOPs ``iss.ui.cost.trace`` counts, so the app can scale them to any input size::
 
     python benchmarks/app_speed.py --threads 2 [--out iss/ui/speed.json]
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 import iss
-from iss.ui import cost
+from iss.ui import analysis, cost
 
 
 def median_seconds(fn: Callable[[], object], reps: int) -> float:
@@ -47,6 +48,11 @@ def train_speed(arch: str, reps: int, batch: int = 4, patch: int = 16, scale: in
     seconds = median_seconds(lambda: trainer.step(lr, hr), reps)
     c = cost.trace(arch, scale, patch, patch)
     return batch * (c.forward_flops + c.backward_flops) / seconds / 1e9
+
+
+def setup_seconds(arch: str, reps: int) -> float:
+    """Seconds to build both runs of a live run (SwinIR-light's default: x2, ratio 0.95) from random init."""
+    return median_seconds(lambda: analysis.build_live_run(arch, 2, 0.95, 0.95, 100, None), reps)
 
 
 def inference_speeds(arch: str, reps: int, size: int = 64, scale: int = 4) -> tuple[float, float]:
@@ -73,19 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = round(os.getloadavg()[0], 1)
-    speeds: dict[str, dict[str, float]] = {kind: {} for kind in cost.KINDS}
+    speeds: dict[str, dict[str, float]] = {kind: {} for kind in (*cost.KINDS, cost.SETUP)}
     for arch in args.archs.split(","):
         speeds["train"][arch] = round(train_speed(arch, args.reps), 1)
         dense, sparse = inference_speeds(arch, args.reps)
         speeds["dense"][arch], speeds["sparse"][arch] = round(dense, 1), round(sparse, 1)
-        print(arch, {kind: speeds[kind][arch] for kind in cost.KINDS}, flush=True)
+        speeds[cost.SETUP][arch] = round(setup_seconds(arch, min(args.reps, 2)), 1)
+        print(arch, {kind: table[arch] for kind, table in speeds.items()}, flush=True)
     for kind in cost.KINDS:  # unknown backbones: the slowest measured, so estimates err on the long side
         speeds[kind]["default"] = min(speeds[kind].values())
+    speeds[cost.SETUP]["default"] = max(speeds[cost.SETUP].values())
     record = {
         "command": "python benchmarks/app_speed.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
         "load_average": [load_before, round(os.getloadavg()[0], 1)],  # 1 min, before and after the run
-        "unit": "GFLOP/s (FLOPs counted by iss.ui.cost.trace)",
+        "unit": "GFLOP/s (FLOPs counted by iss.ui.cost.trace); setup: seconds to build a live run",
         "cpu": speeds,
     }
     args.out.write_text(json.dumps(record, indent=1) + "\n")

@@ -210,6 +210,7 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
             assert page.locator("#zoom-gallery .thumbnail-item").count() == 4  # HR, LR, bicubic, iss-p
             assert page.evaluate(TILES_VISIBLE), "a zoom tile is cut off"
             assert page.evaluate(CELLS_WHOLE), "a table cell wraps or is truncated"
+            assert page.get_by_text(compare.ZOOM_NOTE).is_visible()  # region PSNR vs whole-image PSNR
             page.get_by_role("tab", name="Analysis").click()
             page.get_by_text("Expected on this CPU").first.wait_for(timeout=60_000)
             page.get_by_role("button", name="Train ISS-P vs IHT").click()

@@ -62,6 +62,8 @@ def test_speed_priors_then_measurements(monkeypatch: pytest.MonkeyPatch) -> None
     assert cost.gflops("train", "swinir-light", "cpu") == 20.0  # follows the machine
     with pytest.raises(ValueError, match="unknown kind"):
         cost.gflops("backward", "swinir-light", "cpu")
+    cost.observe_setup("cat-r", "cpu", 12.0)
+    assert cost.setup_seconds("cat-r", "cpu") == 12.0 and cost.gflops("train", "cat-r", "cpu") != 12.0
 
 
 def test_memory_budget_and_formats() -> None:

@@ -368,8 +368,8 @@ def plan_live_run(
         )
     memory, seconds = estimate(new_batch, new_patch)
     validation = len(RUNS) * traced.forward_flops / patch**2 * (VALIDATION_SIZE / scale) ** 2
-    setup = 2.0 + 1e-7 * traced.parameters  # building, copying and selecting masks of both models, data
-    first = setup + seconds + validation / (cost.gflops("dense", arch, device) * 1e9)
+    validation_seconds = validation / (cost.gflops("dense", arch, device) * 1e9)
+    first = cost.setup_seconds(arch, device) + seconds + validation_seconds
     return LivePlan(
         arch, scale, new_batch, new_patch, iterations, seconds, first, memory, budget, device,
         flops(new_batch, new_patch), notes,
@@ -444,12 +444,14 @@ def train_live(
     device = device or default_device()
     ratio, alpha, prune_iters = _check_settings(ratio, alpha, prune_iters)
     plan = plan_live_run(arch, scale, iterations, patch, batch, start, device=device, arch_kwargs=arch_kwargs)
+    building = time.perf_counter()
     run = build_live_run(
         plan.arch, plan.scale, ratio, alpha, prune_iters, layers, start,
         seed=seed, device=device, arch_kwargs=arch_kwargs,
     )  # fmt: skip
     batches = training_batches(plan.scale, plan.patch, plan.batch, data_dir, seed)
     pair = validation_pair(plan.scale)
+    cost.observe_setup(plan.arch, device, time.perf_counter() - building)
     started = last_yield = time.perf_counter()
     stepping = 0.0  # seconds spent in training steps (for the speed estimate of later runs)
     done = 0
