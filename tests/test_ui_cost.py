@@ -69,4 +69,5 @@ def test_speed_priors_then_measurements(monkeypatch: pytest.MonkeyPatch) -> None
 def test_memory_budget_and_formats() -> None:
     assert 0 < cost.memory_budget("cpu") <= 4 << 30
     assert cost.format_seconds(3.21) == "3.2 s" and cost.format_seconds(200) == "3.3 min"
+    assert cost.format_seconds(0.004) == "under 0.1 s"
     assert cost.format_bytes(2.5e9) == "2.5 GB" and cost.format_bytes(3.4e8) == "340 MB"

@@ -146,7 +146,9 @@ def memory_budget(device: str) -> int:
 
 
 def format_seconds(seconds: float) -> str:
-    """``0.4 s``, ``12 s``, ``3.5 min``, ``1.2 h``: a duration as a person reads it."""
+    """``under 0.1 s``, ``0.4 s``, ``12 s``, ``3.5 min``, ``1.2 h``: a duration as a person reads it."""
+    if seconds < 0.1:
+        return "under 0.1 s"
     if seconds < 10:
         return f"{seconds:.1f} s"
     if seconds < 120:
