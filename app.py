@@ -8,11 +8,14 @@ for Urban100 example crops and training data).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import os
 import threading
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -28,11 +31,13 @@ INTRO = (
     "a checkpoint keeps its weights."
 )
 QUEUE_SIZE = 8  # waiting requests per event before new ones are refused: a CPU Space cannot serve more
+LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
 
 
 def _error(e: Exception) -> gr.Error:
-    """A user mistake shown in the UI as one line."""
-    return gr.Error(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
+    """A user mistake shown in the UI (and to API clients) as one line, without a server-side traceback."""
+    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return gr.Error(message, print_exception=False)
 
 
 # ------------------------------------------------------------------------ components with honest API types
@@ -113,25 +118,49 @@ def _compare_outputs(
 
 
 def _run_compare(
-    image: Any,
-    backbone: str,
-    scale: int,
-    ratio: float | None,
-    methods: list[str],
-    mode: str,
-    sparse: bool,
-    zoo_path: str | None = None,
+    image: dict | None,
+    backbone: Any,
+    scale: Any,
+    ratio: Any,
+    methods: Any,
+    mode: Any,
+    sparse: Any,
+    *,
+    zoo_path: str | None,
+    cache: str,
 ) -> Iterator[tuple]:
     """``/upscale``: bicubic and the chosen methods' zoo checkpoints for backbone, scale and ratio, streamed
-    method by method."""
+    method by method.
+
+    Wired with ``preprocess=False``: the values arrive as sent, the image as Gradio's record of the uploaded
+    file (undecoded), so that ``compare`` decodes it within its pixel budget and every mistake in a request
+    gets one line. The PNG downloads go to Gradio's cache, where ``delete_cache`` removes them.
+    """
     try:
+        path, out_dir = _upload_path(image), str(_download_folder(cache))
         for comp in gpu_compare(
-            image, backbone, int(scale), ratio, methods, mode, sparse=bool(sparse), zoo_path=zoo_path
+            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir
         ):
             left, right = compare.default_pair(comp)
             yield _compare_outputs(comp, left, right, compare.zoom_box(comp, None, None))
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
+
+
+def _upload_path(image: dict | None) -> str | None:
+    """The uploaded file's path in Gradio's unprocessed image record (None: no image)."""
+    if image is not None and not image.get("path"):
+        raise ValueError("send the image as an uploaded file (gradio_client.handle_file(path)), not a URL")
+    return None if image is None else image["path"]
+
+
+def _download_folder(cache: str) -> Path:
+    """A new folder (not yet created) for one request's PNGs in Gradio's cache, whose ``delete_cache`` removes
+    the files; the folders it emptied are removed here."""
+    for emptied in Path(cache).glob("iss-sr-*"):
+        with contextlib.suppress(OSError):
+            emptied.rmdir()
+    return Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
 
 
 @gpu(duration=60)
@@ -141,25 +170,25 @@ def gpu_compare(*args: Any, **kwargs: Any) -> Iterator[compare.Comparison]:
 
 
 def _estimate(
-    image: Any,
-    backbone: str,
-    scale: int,
-    ratio: float | None,
-    methods: list[str],
-    mode: str,
-    sparse: bool,
+    image: dict | None,
+    backbone: Any,
+    scale: Any,
+    ratio: Any,
+    methods: Any,
+    mode: Any,
+    sparse: Any,
     zoo_path: str | None = None,
 ) -> str:
-    """The expected time of a comparison, shown before it runs."""
+    """The expected time of a comparison, shown before it runs (raw values, as ``/upscale`` gets them)."""
     if image is None:
         return "Upload an image or pick an example, then press **Compare**."
     try:
         found = compare.estimate(
-            image, backbone, int(scale), ratio, methods, mode, sparse=bool(sparse), zoo_path=zoo_path
+            _upload_path(image), backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path
         )
     except (ValueError, KeyError, FileNotFoundError) as e:
         return f"⚠️ {e.args[0] if isinstance(e, KeyError) and e.args else e}"
-    return found.describe(int(scale)) + " Press **Compare**."
+    return found.describe() + " Press **Compare**."
 
 
 def _repair(comp: compare.Comparison | None, left: str, right: str) -> Any:
@@ -300,13 +329,15 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
         api_visibility="private",
         trigger_mode="always_last",
         concurrency_id="estimate",
+        preprocess=False,
     )
     run.click(
-        functools.partial(_run_compare, zoo_path=zoo_path),
+        functools.partial(_run_compare, zoo_path=zoo_path, cache=files.GRADIO_CACHE),
         inputs,
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
         concurrency_id="upscale",
+        preprocess=False,
     )
     left.input(_repair, [state, left, right], [slider], api_visibility="private")
     right.input(_repair, [state, left, right], [slider], api_visibility="private")
@@ -511,11 +542,16 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
 # --------------------------------------------------------------------------------------------------- sparsity
 
 
-def _sparsity(name: str | None, layer: str | None = None, zoo_path: str | None = None) -> tuple:
-    """``/sparsity``: where a zoo checkpoint keeps its weights, and magnitude histograms."""
+def _sparsity(name: Any, layer: Any, zoo_path: str | None = None) -> tuple:
+    """``/sparsity``: where a zoo checkpoint keeps its weights, and magnitude histograms.
+
+    Wired with ``preprocess=False``, so that a client's wrong value gets one line from here.
+    """
     if not name:
         return gr.update(), gr.update(), gr.update()
     try:
+        if not isinstance(name, str) or not isinstance(layer, str | None):
+            raise ValueError(f"checkpoint and layer must be names, got {name!r:.40} and {layer!r:.40}")
         structure, hist, layers = sparsity.sparsity_view(name, layer or None, zoo_path)
     except (ValueError, KeyError, FileNotFoundError, OSError) as e:
         raise _error(e) from None
@@ -549,6 +585,7 @@ def sparsity_tab(tab: gr.Tab, zoo_path: str | None) -> None:
         [structure, hist, layer],
         api_name="sparsity",
         trigger_mode="always_last",
+        preprocess=False,
     )
 
 
@@ -584,7 +621,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     build_demo(args.data_dir, args.zoo).launch(
-        server_name=args.host, server_port=args.port, theme=gr.themes.Soft()
+        server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS
     )
 
 

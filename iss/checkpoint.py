@@ -1,6 +1,6 @@
 """Compact sparse checkpoints in safetensors: a packed bitmask plus the kept values for every pruned weight.
 
-On-disk format (``format_version`` 1), one safetensors file:
+On-disk format (``format_version`` 2), one safetensors file:
 
 - A pruned weight ``W`` named ``<name>`` (a layer in ``masks``, or, when ``masks`` is None, every
   Conv2d/Linear weight holding at least one zero) is stored as two tensors:
@@ -18,12 +18,17 @@ On-disk format (``format_version`` 1), one safetensors file:
   option, metadata ``values_dtype``) and loaded back in the model's own dtype.
 - String metadata: ``format_version``, ``arch``, ``arch_kwargs`` (JSON of the ``iss.archs.build`` overrides),
   ``scale``, ``method``, ``ratio``, ``alpha``, ``iterations``, ``data``, ``metrics`` (JSON), ``values_dtype``,
-  ``derived`` (JSON list), any extra fields (JSON), and ``sha256``: the SHA-256 of the tensor payload, taken
-  over every tensor in sorted name order as ``name``, ``dtype``, ``shape`` and raw little-endian bytes.
-  ``load`` recomputes it: a corrupt or tampered file raises ``ValueError`` rather than load wrong weights.
+  ``derived`` (JSON list), any extra fields (JSON), and ``sha256``: the SHA-256 taken over every tensor in
+  sorted name order as ``name``, ``dtype``, ``shape`` and raw little-endian bytes, then over every other
+  metadata field as compact JSON with sorted keys. ``load`` recomputes it: a corrupt or edited file (weights
+  or metadata) raises ``ValueError`` rather than load wrong weights. Format 1 hashed the tensors only;
+  :func:`upgrade` rewrites such a file as format 2 with the same tensors.
 
-Nothing is ever unpickled: the model is rebuilt with ``iss.archs.build(arch, scale, **arch_kwargs)`` and the
-weights are loaded with ``strict=True``.
+Nothing is ever unpickled, and nothing is built from unchecked metadata: ``arch_kwargs`` must be options the
+architecture declares, within their sane ranges (``iss.archs.check_overrides``), before the model is rebuilt
+with ``iss.archs.build(arch, scale, **arch_kwargs)``; the weights must have the expected dtypes, be finite and
+load with ``strict=True``. The sha256 detects corruption and edits, not a forger who recomputes it: files are
+trusted through the zoo manifest's own sha256, which ``iss.zoo`` checks before a file is loaded.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MAX_FILE_BYTES = 1 << 30  # larger files are refused before being read (EDSR-L, the largest model, is ~170 MB)
 MASK_SUFFIX = "::mask"
 VALUES_SUFFIX = "::values"
 VALUE_DTYPES = {
@@ -94,8 +100,33 @@ def save(
         format_version=str(FORMAT_VERSION),
         values_dtype=str(value_dtype).removeprefix("torch."),
         derived=json.dumps(sorted(derived)),
-        sha256=payload_sha256(tensors),
     )
+    return _write(path, tensors, metadata)
+
+
+def upgrade(path: str | os.PathLike) -> bool:
+    """Rewrite a format-1 checkpoint in place as the current format, tensors unchanged; False if current.
+
+    The format-1 sha256 (tensors only) is verified first and the metadata checked like ``load`` checks it, but
+    format 1 could not tell an edited header: upgrade only files you trust (e.g. pinned by a zoo manifest).
+    """
+    path = Path(path)
+    tensors, metadata = _read_raw(path)
+    if metadata.get("format_version") == str(FORMAT_VERSION):
+        _verify(path, tensors, metadata)
+        return False
+    if metadata.get("format_version") != "1" or payload_sha256(tensors) != metadata.get("sha256"):
+        raise ValueError(f"checkpoint {path} is not an intact format-1 ISS-SR checkpoint; cannot upgrade it")
+    meta = _decode_meta(metadata)
+    _check_arch(meta.get("arch"), meta.get("scale"), meta.get("arch_kwargs", {}))
+    _write(path, tensors, {**metadata, "format_version": str(FORMAT_VERSION)})
+    return True
+
+
+def _write(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Path:
+    """Write ``tensors`` and ``metadata`` (plus its sha256) atomically to ``path``."""
+    metadata = {key: value for key, value in metadata.items() if key != "sha256"}
+    metadata["sha256"] = payload_sha256(tensors, metadata)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -105,39 +136,56 @@ def save(
 
 
 def load(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild the model a checkpoint was saved from, verify its sha256 and load it strictly (eval mode)."""
+    """Rebuild the model a checkpoint was saved from, verify its sha256 and load it strictly (eval mode).
+
+    Any fault in the file (corrupt, edited, foreign, or describing a model outside the sane ranges) raises
+    ``ValueError`` (``FileNotFoundError`` when it is missing) naming the file and what is wrong.
+    """
     tensors, metadata = read(path)
-    meta = _decode_meta(metadata)
-    model = _build_model(meta["arch"], meta["scale"], meta.get("arch_kwargs", {}))
+    try:
+        meta = _decode_meta(metadata)
+        model = _build_model(meta.get("arch"), meta.get("scale"), meta.get("arch_kwargs", {}))
+        model.load_state_dict(_state_dict(model, tensors, metadata), strict=True)
+    except (ValueError, RuntimeError) as e:  # RuntimeError: load_state_dict's mismatched shapes
+        raise ValueError(f"checkpoint {path}: {e}") from None
+    return model.to(device).eval(), meta
+
+
+def _state_dict(model: nn.Module, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> dict:
+    """``model``'s state dict from a checkpoint's (checked) tensors, derived buffers taken from the model."""
     reference = model.state_dict()
     derived = set(json.loads(metadata.get("derived", "[]")))
     stored = {name.removesuffix(MASK_SUFFIX).removesuffix(VALUES_SUFFIX) for name in tensors}
     unexpected = sorted(stored - set(reference))
     if unexpected:
         raise ValueError(
-            f"checkpoint {path} holds tensors that {meta['arch']!r} does not have: "
-            + ", ".join(unexpected[:5])
+            f"holds tensors that {type(model).__name__} does not have: {', '.join(unexpected[:5])}"
         )
     state = {}
     for name, ref in reference.items():
         if name in derived:
             state[name] = ref
         elif name + MASK_SUFFIX in tensors:
-            state[name] = _join(name, tensors[name + MASK_SUFFIX], tensors[name + VALUES_SUFFIX], ref)
+            state[name] = _join(name, tensors[name + MASK_SUFFIX], tensors.get(name + VALUES_SUFFIX), ref)
         elif name in tensors:
-            state[name] = tensors[name]
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        raise ValueError(f"checkpoint {path} does not match architecture {meta['arch']!r}: {e}") from None
-    return model.to(device).eval(), meta
+            state[name] = _dense(name, tensors[name], ref)
+    return state
 
 
 def read(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The raw tensors and string metadata of a checkpoint, after checking its format and sha256."""
     path = Path(path)
+    tensors, metadata = _read_raw(path)
+    _verify(path, tensors, metadata)
+    return tensors, metadata
+
+
+def _read_raw(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors and metadata of a safetensors file of at most ``MAX_FILE_BYTES``, unverified."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ValueError(f"checkpoint {path} is larger than {MAX_FILE_BYTES >> 20} MiB; refusing to read it")
     data = path.read_bytes()
     try:
         tensors = st_load(data)
@@ -147,17 +195,31 @@ def read(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, st
         raise ValueError(
             f"checkpoint {path} is not a readable safetensors file (truncated or corrupt?): {e}"
         ) from None
-    if metadata.get("format_version") != str(FORMAT_VERSION) or "sha256" not in metadata:
-        raise ValueError(
-            f"checkpoint {path} is not an ISS-SR sparse checkpoint (format_version "
-            f"{metadata.get('format_version')!r}, expected '{FORMAT_VERSION}')"
-        )
-    if payload_sha256(tensors) != metadata["sha256"]:
-        raise ValueError(
-            f"checkpoint {path} failed its integrity check: the sha256 of its tensors does not match the one "
-            "recorded when it was saved (corrupt or modified file); download or copy it again"
-        )
     return tensors, metadata
+
+
+def _verify(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Raise ``ValueError`` unless the file is the current format and its sha256 matches."""
+    version = metadata.get("format_version")
+    if version is None or "sha256" not in metadata:
+        missing = " and ".join(key for key in ("format_version", "sha256") if key not in metadata)
+        raise ValueError(
+            f"checkpoint {path} is not an ISS-SR sparse checkpoint (no {missing} in its metadata)"
+        )
+    if version == "1":
+        raise ValueError(
+            f"checkpoint {path} is in format 1, whose sha256 does not cover its metadata; if you trust the "
+            "file, rewrite it as format 2 with iss.checkpoint.upgrade(path) (zoo: python -m iss zoo upgrade)"
+        )
+    if version != str(FORMAT_VERSION):
+        raise ValueError(
+            f"checkpoint {path} is in format {version!r}; this ISS-SR reads format {FORMAT_VERSION}"
+        )
+    if payload_sha256(tensors, metadata) != metadata["sha256"]:
+        raise ValueError(
+            f"checkpoint {path} failed its integrity check: the sha256 of its tensors and metadata does not "
+            "match the one recorded when it was saved (corrupt or modified file); download or copy it again"
+        )
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -165,13 +227,17 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     return _decode_meta(read(path)[1])
 
 
-def payload_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over name, dtype, shape and bytes of every tensor, in sorted name order."""
+def payload_sha256(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> str:
+    """SHA-256 over name, dtype, shape and bytes of every tensor, in sorted name order, then over the metadata
+    fields other than ``sha256`` as compact sorted JSON (format 2; format 1 hashed the tensors only)."""
     digest = hashlib.sha256()
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         digest.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{tuple(t.shape)}|".encode())
         digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    if metadata is not None:
+        fields = {key: value for key, value in metadata.items() if key != "sha256"}
+        digest.update(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())
     return digest.hexdigest()
 
 
@@ -200,8 +266,15 @@ def _split(name: str, weight: torch.Tensor, mask: torch.Tensor) -> tuple[torch.T
     return pack_mask(mask), weight[mask].contiguous()
 
 
-def _join(name: str, packed: torch.Tensor, values: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+def _join(name: str, packed: torch.Tensor, values: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor:
     """Dense weight from a packed mask and its kept values (zeros elsewhere)."""
+    if values is None:
+        raise ValueError(f"{name} has a mask but no values")
+    if packed.dtype != torch.uint8 or packed.ndim != 1:
+        raise ValueError(
+            f"mask of {name} is {packed.dtype} of shape {tuple(packed.shape)}, not a uint8 vector"
+        )
+    _dense(name, values.reshape(-1), values.reshape(-1).to(ref.dtype))  # dtype and finiteness
     if packed.numel() != (ref.numel() + 7) // 8:
         raise ValueError(f"mask of {name} has {packed.numel()} bytes, expected {(ref.numel() + 7) // 8}")
     mask = unpack_mask(packed, ref.shape)
@@ -212,6 +285,18 @@ def _join(name: str, packed: torch.Tensor, values: torch.Tensor, ref: torch.Tens
     dense = torch.zeros(ref.shape, dtype=ref.dtype)
     dense[mask] = values.to(ref.dtype)
     return dense
+
+
+def _dense(name: str, tensor: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """A stored tensor checked against the model's: floats stored as fp32/fp16 and finite, others exact."""
+    if ref.is_floating_point():
+        if tensor.dtype not in (torch.float32, torch.float16):
+            raise ValueError(f"{name} is stored as {tensor.dtype}; expected float32 or float16")
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{name} holds NaN or infinite values")
+    elif tensor.dtype != ref.dtype:
+        raise ValueError(f"{name} is stored as {tensor.dtype}; expected {ref.dtype}")
+    return tensor
 
 
 def _default_masks(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -244,10 +329,27 @@ def _derived_buffers(model: nn.Module, metadata: dict[str, str], masks: dict) ->
 
 
 def _build_model(arch: str, scale: int, arch_kwargs: dict[str, Any]) -> nn.Module:
-    """The architecture named in a checkpoint, built the one way the project builds models."""
+    """The architecture named in a checkpoint, checked (``_check_arch``), then built the one way the project
+    builds models."""
     from iss.archs import build
 
+    _check_arch(arch, scale, arch_kwargs)
     return build(arch, scale, **arch_kwargs)
+
+
+def _check_arch(arch: Any, scale: Any, arch_kwargs: Any) -> None:
+    """Raise ``ValueError`` unless a checkpoint's metadata names a known architecture and scale, and its
+    ``arch_kwargs`` are options that architecture declares, within their sane ranges."""
+    from iss.archs import check_overrides, list_archs
+
+    if arch not in list_archs():
+        raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(list_archs())}")
+    if scale not in (2, 3, 4):
+        raise ValueError(f"scale {scale!r} is not 2, 3 or 4")
+    try:
+        check_overrides(arch, arch_kwargs)
+    except ValueError as e:
+        raise ValueError(f"arch_kwargs refused: {e}") from None
 
 
 def _value_dtype(dtype: str | torch.dtype) -> torch.dtype:

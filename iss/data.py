@@ -1,8 +1,9 @@
 """Images in, uint8 RGB out: the one image loader, benchmark sets and random training patches.
 
-Every image enters the project through :func:`read_image` (files) or :func:`to_rgb_uint8` (decoded
-PIL images and arrays, e.g. from the app), so all code sees the same thing: a uint8 HxWx3 RGB array.
-Grayscale is copied to three channels, transparency is composited on white, 16-bit data is scaled to 8 bits.
+Every image enters the project through :func:`read_image` / :func:`decode_image` (files, including the app's
+uploads) or :func:`to_rgb_uint8` (PIL images and arrays), so all code sees the same thing: a uint8 HxWx3 RGB
+array. Grayscale is copied to three channels, transparency is composited on white, 16-bit data is scaled to 8
+bits. Only ``FORMATS`` are decoded; a pixel limit and a longest-side target keep hostile or huge files cheap.
 
 Benchmark LR images follow the standard recipe (SwinIR/EDSR ``benchmark`` folders): MATLAB bicubic
 ``imresize(modcrop(hr, s), 1/s)``. Shipped ``LR_bicubic/X{s}`` files are used when present; otherwise the LR
@@ -22,18 +23,21 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 __all__ = [
     "BENCHMARKS",
+    "FORMATS",
     "BenchmarkSet",
+    "Decoded",
     "DevicePatches",
     "ImageError",
     "Sample",
     "TrainPatches",
     "benchmark_name",
     "cache_dir",
+    "decode_image",
     "list_images",
     "modcrop",
     "read_image",
@@ -49,66 +53,155 @@ _LR_RECIPE = b"matlab-bicubic-modcrop-v1"  # part of the cache key: bump it if t
 
 
 class ImageError(ValueError):
-    """An image file (or array) that cannot be turned into uint8 RGB; the message names the path and why."""
+    """An image file (or array) that cannot become uint8 RGB; ``reason`` says why without naming the path."""
+
+    def __init__(self, reason: str, path: str | os.PathLike | None = None) -> None:
+        self.reason, self.path = reason, path
+        super().__init__(reason if path is None else f"cannot read image {path}: {reason}")
+
+
+class Decoded(NamedTuple):
+    """An image file as the loader returns it, with what a caller may want to report about the original."""
+
+    image: np.ndarray  # uint8 HxWx3 RGB, EXIF orientation applied, at most ``max_side`` px on its long side
+    size: tuple[int, int]  # (width, height) of the stored image, as displayed (EXIF orientation applied)
+    mode: str  # Pillow mode of the stored image ("RGB", "RGBA", "P", "I;16", ...)
 
 
 # --------------------------------------------------------------------------------------------------- loading
 
+FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "PPM")  # the decoders Pillow may use (PPM covers PGM/PBM)
+_SNIFF = {b"%pdf": "a PDF document", b"<svg": "an SVG drawing", b"<?xml": "an XML/SVG file",
+          b"<!doctype html": "an HTML page", b"<html": "an HTML page", b"gif8": "a GIF"}  # fmt: skip
+_TRANSPOSE = {  # EXIF orientation -> the array operation that displays the image upright
+    2: lambda a: a[:, ::-1],
+    3: lambda a: a[::-1, ::-1],
+    4: lambda a: a[::-1],
+    5: lambda a: a.transpose(1, 0, 2),
+    6: lambda a: np.rot90(a, -1),
+    7: lambda a: np.rot90(a, 1)[:, ::-1],
+    8: lambda a: np.rot90(a, 1),
+}
+_REDUCE_GAP = 3  # box-reduce by an integer factor down to >= 3x the target, then bicubic (Pillow's advice)
 
-def read_image(path: str | os.PathLike, *, max_pixels: int | None = None) -> np.ndarray:
+
+def read_image(
+    path: str | os.PathLike, *, max_pixels: int | None = None, max_side: int | None = None
+) -> np.ndarray:
     """Load an image file as uint8 HxWx3 RGB (EXIF orientation applied); raise ``ImageError`` if unreadable.
 
-    ``max_pixels`` refuses images with more pixels than that before decoding them (protects servers from huge
-    uploads); without it Pillow's own decompression-bomb limit applies.
+    The array of :func:`decode_image`, which documents ``max_pixels`` and ``max_side``.
+    """
+    return decode_image(path, max_pixels=max_pixels, max_side=max_side).image
+
+
+def decode_image(
+    path: str | os.PathLike, *, max_pixels: int | None = None, max_side: int | None = None
+) -> Decoded:
+    """Decode an image file (one of ``FORMATS``) within a budget; raise ``ImageError`` saying why it cannot.
+
+    ``max_pixels`` refuses a larger image from its header, before anything is decoded (without it, Pillow's
+    decompression-bomb limit applies). ``max_side`` shrinks an image whose longer side exceeds it to exactly
+    that side: JPEG is decoded at 1/2, 1/4 or 1/8 size where that is still large enough, then the 8-bit image
+    is box-reduced by an integer factor and resampled (bicubic, antialiased), all before any float copy.
     """
     path = Path(path)
     if not path.is_file():
-        raise ImageError(f"cannot read image {path}: no such file")
+        raise ImageError("no such file", path)
     try:
-        with Image.open(path) as im:
-            _check_pixels(im.size, max_pixels)
+        with _open(path) as im:
+            mode, (w, h) = im.mode, im.size
+            _check_pixels((w, h), max_pixels)
+            if max_side is not None and max(w, h) > max_side and im.format == "JPEG":
+                im.draft(None, _fit((w, h), max_side))  # decoded at 1/2-1/8 size: less time and memory
             im.load()
-            return to_rgb_uint8(_exif_transpose(im))
+            rgb = to_rgb_uint8(im, max_side=max_side)
+            orientation = _orientation(im)
     except ImageError as e:
-        raise ImageError(f"cannot read image {path}: {e}") from None
+        raise ImageError(e.reason, path) from None
+    except Image.DecompressionBombError:  # Pillow's own limit, checked before ours can be
+        bomb = 2 * Image.MAX_IMAGE_PIXELS
+        reason = f"too large: over {bomb:,} pixels (the limit is {max_pixels or bomb:,})"
+        raise ImageError(reason, path) from None
+    except Exception as e:  # Pillow raises many types (OSError, SyntaxError, struct.error...) on hostile data
+        raise ImageError(f"corrupt or truncated image data ({type(e).__name__}: {e})", path) from None
+    if orientation in _TRANSPOSE:
+        rgb = np.ascontiguousarray(_TRANSPOSE[orientation](rgb))
+        w, h = (h, w) if orientation >= 5 else (w, h)
+    return Decoded(rgb, (w, h), mode)
+
+
+def _open(path: Path) -> Image.Image:
+    """``Image.open`` restricted to ``FORMATS``; a file of another kind gets a message naming what it is."""
+    try:
+        return Image.open(path, formats=FORMATS)
     except UnidentifiedImageError:
-        raise ImageError(f"cannot read image {path}: not an image file Pillow can decode") from None
-    except Image.DecompressionBombError as e:
-        raise ImageError(f"cannot read image {path}: {e}") from None
-    except (OSError, SyntaxError, ValueError) as e:  # truncated or corrupt data
-        raise ImageError(f"cannot read image {path}: {e or type(e).__name__}") from None
+        with path.open("rb") as f:
+            head = f.read(64).lstrip().lower()
+        kinds = [f"looks like {kind}" for magic, kind in _SNIFF.items() if head.startswith(magic)]
+        what = "empty file" if not head else (kinds or [f"readable formats: {', '.join(FORMATS)}"])[0]
+        raise ImageError(f"not an image ({what})") from None
 
 
 def _check_pixels(size: tuple[int, int], max_pixels: int | None) -> None:
     """Refuse an image larger than ``max_pixels`` with a message saying how large it is."""
     w, h = size
     if max_pixels is not None and w * h > max_pixels:
-        raise ImageError(f"{w}x{h} = {w * h:,} pixels is more than the limit of {max_pixels:,}")
+        raise ImageError(f"too large: {w}x{h} = {w * h:,} pixels (the limit is {max_pixels:,})")
 
 
-def _exif_transpose(im: Image.Image) -> Image.Image:
-    """Apply the EXIF orientation tag; a malformed EXIF block leaves the image as stored."""
+def _fit(size: tuple[int, int], max_side: int) -> tuple[int, int]:
+    """``size`` scaled so that its longer side is ``max_side`` (each side at least 1)."""
+    w, h = size
+    factor = max_side / max(w, h)
+    return max(1, round(w * factor)), max(1, round(h * factor))
+
+
+def _orientation(im: Image.Image) -> int:
+    """The EXIF orientation tag (1 = as stored); a malformed EXIF block counts as 1."""
     try:
-        return ImageOps.exif_transpose(im)
+        return int(im.getexif().get(ExifTags.Base.Orientation, 1))
     except Exception:  # broken EXIF must not make a decodable image unreadable
-        return im
+        return 1
 
 
-def to_rgb_uint8(x: Image.Image | np.ndarray, *, max_pixels: int | None = None) -> np.ndarray:
+def to_rgb_uint8(
+    x: Image.Image | np.ndarray, *, max_pixels: int | None = None, max_side: int | None = None
+) -> np.ndarray:
     """Convert a PIL image or an HxW / HxWxC (C in 1-4) array to uint8 HxWx3 RGB.
 
     Conversions: gray and palette to RGB; alpha composited on white; 16-bit (``I;16``, uint16) scaled by
     255/65535; ``I`` / integer arrays read as 8-bit when all values are <= 255, else as 16-bit; float (``F``)
     read as [0, 1] when all values are <= 1, else as [0, 255]; everything rounded and clipped to [0, 255].
+    ``max_pixels`` refuses larger inputs; ``max_side`` shrinks as :func:`decode_image` does.
     """
     if isinstance(x, Image.Image):
         _check_pixels(x.size, max_pixels)
-        return _array_to_rgb(_pil_to_array(x))
+        return _array_to_rgb(_pil_to_array(_shrink(x, max_side)))
     if isinstance(x, np.ndarray):
         if x.ndim >= 2:
             _check_pixels((x.shape[1], x.shape[0]), max_pixels)
-        return _array_to_rgb(x)
+        rgb = _array_to_rgb(x)
+        return rgb if max_side is None else np.asarray(_shrink(Image.fromarray(rgb), max_side))
     raise ImageError(f"expected a PIL image or a numpy array, got {type(x).__name__}")
+
+
+def _shrink(im: Image.Image, max_side: int | None) -> Image.Image:
+    """``im`` with its longer side reduced to ``max_side`` (unchanged when it already fits)."""
+    if max_side is None or max(im.size) <= max_side:
+        return im
+    if im.mode in ("1", "P", "PA"):  # Pillow resamples these with nearest neighbour only
+        im = im.convert("L" if im.mode == "1" else _palette_mode(im))
+    target = _fit(im.size, max_side)
+    factor = min(im.width // target[0], im.height // target[1]) // _REDUCE_GAP
+    if factor > 1 and not im.mode.startswith("I;16"):  # Pillow cannot box-reduce 16-bit images
+        im = im.reduce(factor)
+    return im.resize(target, Image.Resampling.BICUBIC)
+
+
+def _palette_mode(im: Image.Image) -> str:
+    """What a palette image converts to: RGBA when it has transparency, else RGB."""
+    return "RGBA" if im.mode == "PA" or "transparency" in im.info else "RGB"
 
 
 def _pil_to_array(im: Image.Image) -> np.ndarray:
@@ -117,9 +210,9 @@ def _pil_to_array(im: Image.Image) -> np.ndarray:
         return np.asarray(im).astype(np.uint16)
     if im.mode in ("1", "L", "RGB", "RGBA", "LA", "I", "F"):
         return np.asarray(im.convert("L") if im.mode == "1" else im)
-    if im.mode == "P":
-        return np.asarray(im.convert("RGBA" if "transparency" in im.info else "RGB"))
-    if im.mode in ("PA", "La", "RGBa"):
+    if im.mode in ("P", "PA"):
+        return np.asarray(im.convert(_palette_mode(im)))
+    if im.mode in ("La", "RGBa"):
         return np.asarray(im.convert("RGBA"))
     try:  # CMYK, YCbCr, HSV, ...
         return np.asarray(im.convert("RGB"))
@@ -133,6 +226,10 @@ def _array_to_rgb(a: np.ndarray) -> np.ndarray:
         a = a[:, :, 0]
     if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (2, 3, 4)) or 0 in a.shape:
         raise ImageError(f"expected an HxW or HxWxC image with C in 1-4, got shape {a.shape}")
+    if a.dtype == np.uint8 and a.ndim == 2:  # the common cases need no float copy
+        return np.repeat(a[:, :, None], 3, axis=2)
+    if a.dtype == np.uint8 and a.shape[2] == 3:
+        return np.ascontiguousarray(a)
     values = _to_unit_range(a)
     if a.ndim == 2:
         values = values[:, :, None]

@@ -226,14 +226,18 @@ def train_plan(
     jobs: int = 1,
     device: str = "auto",
     threads: int | None = None,
+    keep_going: bool = False,
     log=print,
 ) -> dict[str, int]:
     """Run pending cells, ``jobs`` at a time, each in its own process, until they are done or ``minutes``
-    have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline."""
+    have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline. A cell
+    that its group's measured speed says cannot finish in the time left is not started (the call ends
+    early, leaving the machine free), unless ``keep_going``."""
     from .data import TrainPatches
 
     until = time.time() + 60 * minutes
     work.mkdir(parents=True, exist_ok=True)
+    (work / "plan.json").write_text(plan.path.read_text())  # what the cells were trained from
     queue = pending(plan, work, data_dir / "benchmarks")
     if device == "cpu" or not torch.cuda.is_available():
         threads = threads or max(1, (os.cpu_count() or 1) // jobs)
@@ -243,6 +247,10 @@ def train_plan(
     exits: dict[str, int] = {}
     while (queue or running) and time.time() < until - 5:
         while queue and len(running) < jobs:
+            if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
+                log(f"{queue[0].name} would not finish in the time left; stopping early")
+                queue.clear()
+                break
             cell = queue.pop(0)
             running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
             log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
@@ -255,6 +263,14 @@ def train_plan(
         exits[name] = process.wait()
         log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
     return exits
+
+
+def _fits(work: Path, plan: Plan, cell: Cell, seconds: float) -> bool:
+    """Whether ``cell`` can finish in ``seconds``, judged by the speed of its group's cells trained so far
+    (a cell of a group not measured yet is always started: its progress is kept for the next call)."""
+    record = CellRecord.read(work / cell.name, cell)
+    rates = [r.steps_per_second for c, r in status(plan, work) if c.group == cell.group and r.train_seconds]
+    return not rates or (cell.iters - record.iterations) / min(rates) < seconds
 
 
 def _start(
@@ -385,31 +401,35 @@ def add_to_zoo(
 
 # ------------------------------------------------------------------------------------------------ commands
 
-COMMANDS = ("train", "cell", "status", "add")
+COMMANDS = ("train", "cell", "status", "add", "budget", "pack", "export")
 
 
 def add_commands(sub: Any, common: Any) -> None:
     """``zoo train|cell|status|add`` (the factory's part of ``python -m iss zoo``)."""
     planned = type(common)(add_help=False)
     planned.add_argument("--plan", type=Path, default=REPO_ROOT / "checkpoints" / "zoo_plan.json")
-    planned.add_argument("--work", type=Path, required=True, help="folder of the cells' runs")
     planned.add_argument(
         "--data-dir",
         type=Path,
         default=os.environ.get("ISS_DATA_DIR"),
         help="folder holding the plan's train_data and benchmarks/ (default $ISS_DATA_DIR)",
     )
+    worked = type(common)(add_help=False, parents=[planned])
+    worked.add_argument("--work", type=Path, required=True, help="folder of the cells' runs")
     running = type(common)(add_help=False)
     running.add_argument("--device", default="auto", help="cuda, cpu (default: cuda when available)")
     running.add_argument("--threads", type=int, help="torch CPU threads per cell (default: cores / jobs)")
     running.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
-    train = sub.add_parser("train", parents=[planned, running], help="train the plan's next cells")
+    train = sub.add_parser("train", parents=[worked, running], help="train the plan's next cells")
     train.add_argument("--minutes", type=float, required=True, help="stop cleanly within this time")
-    cell = sub.add_parser("cell", parents=[planned, running], help="(used by zoo train) one cell's worker")
+    train.add_argument(
+        "--keep-going", action="store_true", help="start cells even if they cannot finish in this call"
+    )
+    cell = sub.add_parser("cell", parents=[worked, running], help="(used by zoo train) one cell's worker")
     cell.add_argument("name")
     cell.add_argument("--until", type=float, required=True, help="deadline as a Unix time")
-    sub.add_parser("status", parents=[planned], help="the plan's cells: progress, speed, metrics")
-    add = sub.add_parser("add", parents=[planned, common], help="merge finished cells into the zoo manifest")
+    sub.add_parser("status", parents=[worked], help="the plan's cells: progress, speed, metrics")
+    add = sub.add_parser("add", parents=[worked, common], help="merge finished cells into the zoo manifest")
     add.add_argument(
         "--datasets",
         default="Set5,Set14,B100,Urban100,Manga109",
@@ -417,15 +437,41 @@ def add_commands(sub: Any, common: Any) -> None:
     )
     add.add_argument("--cells", help="only these cells (comma-separated names)")
     add.add_argument("--force", action="store_true", help="let a CPU-trained cell replace a GPU-trained one")
+    budget = sub.add_parser("budget", parents=[worked], help="set the plan's iterations from throughput")
+    budget.add_argument("--throughput", type=Path, required=True, help="benchmarks/train_throughput.py JSON")
+    budget.add_argument("--cell-minutes", type=float, required=True, help="training minutes per cell")
+    budget.add_argument("--jobs", type=int, default=1, help="cells that will train at once")
+    pack = sub.add_parser("pack", parents=[planned], help="copy the plan's data for a GPU machine")
+    pack.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="ignored folder to carry")
+    pack.add_argument("--budget-mib", type=float, default=60, help="tracked files + pack stay under this")
+    export = sub.add_parser("export", parents=[worked], help="tar the cells' results to bring them back")
+    export.add_argument("--out", type=Path, required=True, help="folder for cells-<k>.tar.gz")
+    export.add_argument("--max-mib", type=float, default=15, help="largest archive")
 
 
 def run(args: Any) -> int:
     """Run one of ``COMMANDS``."""
     from .cli import UsageError
+    from .pack import export_cells, pack_data
+    from .plan import fit_budgets
 
-    if args.data_dir is None and args.zoo_command != "status":
+    if args.data_dir is None and args.zoo_command in ("train", "cell", "add", "pack"):
         raise UsageError("pass --data-dir (or set ISS_DATA_DIR): the folder holding train/ and benchmarks/")
+    if args.zoo_command == "budget":
+        started = {c.group for c, r in status(load_plan(args.plan), args.work) if r.iterations}
+        throughput = json.loads(args.throughput.read_text())
+        budgets = fit_budgets(args.plan, throughput, args.cell_minutes, jobs=args.jobs, skip=started)
+        for group, iters in budgets.items():
+            print(f"{group}: {iters} iterations")
+        print(f"kept the budgets of started groups: {', '.join(sorted(started)) or '-'}")
+        return 0
     plan = load_plan(args.plan)
+    if args.zoo_command == "pack":
+        pack_data(plan, args.data_dir, args.out, budget_mib=args.budget_mib)
+        return 0
+    if args.zoo_command == "export":
+        export_cells(args.work, args.out, max_mib=args.max_mib)
+        return 0
     if args.zoo_command == "train":
         exits = train_plan(
             plan,
@@ -435,6 +481,7 @@ def run(args: Any) -> int:
             jobs=args.jobs,
             device=args.device,
             threads=args.threads,
+            keep_going=args.keep_going,
         )
         print(format_status(plan, args.work))
         return 1 if any(exits.values()) else 0

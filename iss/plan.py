@@ -130,6 +130,8 @@ def load_plan(path: str | os.PathLike) -> Plan:
         raise ValueError(f"cannot read plan {path}: {e}") from e
     if not isinstance(raw, dict) or raw.get("version") != 1 or not isinstance(raw.get("groups"), list):
         raise ValueError(f'{path}: expected {{"version": 1, "groups": [...]}}')
+    if unknown := sorted(set(raw) - {"version", "description", "train_data", "eval", "defaults", "groups"}):
+        raise ValueError(f"{path}: unknown fields {unknown}")
     defaults = raw.get("defaults", {})
     cells = [
         cell
@@ -184,3 +186,53 @@ def _cells(defaults: dict[str, Any], group: dict[str, Any], where: str) -> list[
     for cell in cells:
         cell.config(["."], ".")  # TrainConfig's own checks (ratio, scale, method options, ...)
     return cells
+
+
+def fit_budgets(
+    path: str | os.PathLike,
+    throughput: dict[str, Any],
+    cell_minutes: float,
+    *,
+    jobs: int = 1,
+    skip: set[str] = frozenset(),
+) -> dict[str, int]:
+    """Rewrite the plan's iterations so that each cell trains about ``cell_minutes`` at the measured speed.
+
+    ``throughput`` is ``benchmarks/train_throughput.py``'s JSON: the ``fast`` rows give steps/s per process
+    for (arch, batch, patch) with ``jobs`` processes at once (else one). K_p becomes half the budget and the
+    LR halves at 80% and 90% of it. Groups in ``skip`` (already started) keep their budget. Returns the new
+    iterations per group.
+    """
+    path = Path(path)
+    raw = json.loads(path.read_text())
+    defaults = raw.get("defaults", {})
+    budgets: dict[str, int] = {}
+    for group in raw["groups"]:
+        fields = {"batch": 32, "patch": 64, **defaults, **group}
+        name = f"{fields['arch']}_x{fields['scale']}_r{fields['ratio']:g}"
+        if name in skip:
+            continue
+        if name not in budgets:
+            rate = _steps_per_second(throughput, fields["arch"], fields["batch"], fields["patch"], jobs)
+            budgets[name] = max(100, int(cell_minutes * 60 * rate) // 100 * 100)
+        iters = budgets[name]
+        group.update(iters=iters, prune_iters=iters // 2, milestones=[iters * 8 // 10, iters * 9 // 10])
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(raw, indent=1) + "\n")
+    load_plan(tmp)  # still a valid plan
+    os.replace(tmp, path)
+    return budgets
+
+
+def _steps_per_second(throughput: dict[str, Any], arch: str, batch: int, patch: int, jobs: int) -> float:
+    """The measured fast-mode steps/s per process for this configuration (``jobs`` at once if measured)."""
+    rows = [r for r in throughput["rows"] if r["mode"] == "fast" and (r["arch"], r["batch"], r["patch"]) ==
+            (arch, batch, patch)]  # fmt: skip
+    row = next((r for r in rows if r["jobs"] == jobs), None) or next(
+        (r for r in rows if r["jobs"] == 1), None
+    )
+    if row is None:
+        raise KeyError(
+            f"no fast-mode throughput for {arch} at batch {batch}, patch {patch} in the benchmark file"
+        )
+    return float(row["steps_per_second"])

@@ -3,9 +3,12 @@
 * :func:`load_zoo` reads and validates the manifest; :func:`resolve` turns an entry into a verified local
   file: the Hub copy when it can be downloaded (through :mod:`iss.hub`), else the bundled
   ``checkpoints/<file>`` (with a logged warning saying why). A file whose sha256 differs from the manifest is
-  refused with ``ValueError``, never returned.
-* ``python -m iss zoo list|fetch|push``: print the zoo, resolve every entry, or publish the bundled zoo with a
-  model card and pin the manifest to the new commit.
+  never returned: a bad Hub copy is moved out of the Hub cache (so the next resolve downloads it again) and
+  the bundled copy used instead; a bad bundled copy raises ``ValueError``. :func:`locate_all` resolves many
+  entries at once under one deadline, so a slow Hub costs at most that long in total.
+* ``python -m iss zoo list|fetch|push|upgrade``: print the zoo, resolve every entry, publish the bundled zoo
+  with a model card and pin the manifest to the new commit, or re-save the bundled files in the current
+  checkpoint format and record their new sha256 and size.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from huggingface_hub import HfApi, ModelCardData
+from huggingface_hub import HfApi, ModelCardData, constants
 from huggingface_hub import try_to_load_from_cache as _try_to_load_from_cache
 from huggingface_hub.errors import HTTPError
 
@@ -80,6 +84,7 @@ class Resolved:
     path: Path
     source: str
     detail: str
+    refused: str = ""  # why a Hub copy was refused (corrupt or tampered), when one was
 
 
 def load_zoo(path: str | os.PathLike | None = None) -> list[ZooEntry]:
@@ -167,9 +172,7 @@ def merge_entries(manifest: Path, entries: list[dict[str, Any]], *, force: bool 
             )  # fmt: skip
         by_name[item["name"]] = item
     raw["entries"] = list(by_name.values())
-    tmp = manifest.with_name(manifest.name + ".tmp")
-    tmp.write_text(json.dumps(raw, indent=2) + "\n")
-    os.replace(tmp, manifest)
+    _write_manifest(manifest, raw)
     load_zoo(manifest)  # the result must still be a valid manifest
     return [item["name"] for item in entries]
 
@@ -207,25 +210,60 @@ def locate(
 
     ``local_dir`` is the folder of bundled copies (default: the manifest's folder); ``offline`` defaults to
     ``HF_HUB_OFFLINE``; ``timeout`` bounds the wait for the Hub (default ``HF_HUB_ETAG_TIMEOUT``, 10 s); the
-    body transfer follows ``HF_HUB_DOWNLOAD_TIMEOUT``. Raises ``ValueError`` when the file's size or sha256
-    differs from the manifest, ``FileNotFoundError`` (with the reason) when it is neither downloadable nor
-    bundled.
+    body transfer follows ``HF_HUB_DOWNLOAD_TIMEOUT``. A Hub copy whose size or sha256 differs from the
+    manifest is moved out of the Hub cache and the bundled copy used; raises ``ValueError`` when the bundled
+    copy differs too, ``FileNotFoundError`` (with the reason) when there is no good copy at all.
     """
     if entry.hub is None:
         reason = "the manifest names no Hub location"
     else:
         hub = entry.hub
+        where = f"{hub.repo_id}/{hub.filename}@{hub.revision}"
         try:
             path = download(
                 hub.repo_id, hub.filename, repo_type="model", revision=hub.revision, cache_dir=cache_dir,
                 endpoint=endpoint, offline=offline, timeout=timeout, token=token,
             )  # fmt: skip
         except DOWNLOAD_ERRORS as e:
-            where = f"{hub.repo_id}/{hub.filename}@{hub.revision}"
             reason = f"Hub download of {where} failed: {describe_error(e)}"
         else:
-            verify(path, entry, origin=f"downloaded from {hub.repo_id}@{hub.revision}")
-            return Resolved(path, "hub", f"{hub.repo_id}@{hub.revision}")
+            try:
+                verify(path, entry, origin=f"downloaded from {hub.repo_id}@{hub.revision}")
+                return Resolved(path, "hub", f"{hub.repo_id}@{hub.revision}")
+            except ValueError as e:  # a corrupt or tampered download: refused, and moved aside
+                reason = str(e).removeprefix(f"refusing checkpoint {entry.name}: ")
+                reason = f"{reason}; {_quarantine(path, entry)}"
+                return replace(_bundled(entry, reason, local_dir), refused=reason)
+    return _bundled(entry, reason, local_dir)
+
+
+def locate_all(
+    entries: Sequence[ZooEntry], *, timeout: float | None = None, **options: Any
+) -> list[Resolved | Exception]:
+    """:func:`locate` every entry concurrently, all within one deadline of ``timeout`` seconds (default
+    ``HF_HUB_ETAG_TIMEOUT``, 10 s): an entry the Hub has not delivered by then gets its bundled copy. Each
+    result is the ``Resolved`` or the exception ``locate`` raised for that entry."""
+    timeout = constants.HF_HUB_ETAG_TIMEOUT if timeout is None else timeout
+    pool = ThreadPoolExecutor(max_workers=max(1, len(entries)), thread_name_prefix="iss-zoo")
+    futures = [pool.submit(locate, entry, timeout=timeout, **options) for entry in entries]
+    wait(futures, timeout=timeout)
+    pool.shutdown(wait=False)  # a download still running finishes in the background, unused
+    return [
+        (future.exception() or future.result()) if future.done() else _late(entry, timeout, options)
+        for entry, future in zip(entries, futures, strict=True)
+    ]
+
+
+def _late(entry: ZooEntry, timeout: float, options: dict[str, Any]) -> Resolved | Exception:
+    """The bundled copy of an entry the Hub did not deliver in time, or the error saying why there is none."""
+    try:
+        return _bundled(entry, f"the Hub did not deliver it within {timeout:g} s", options.get("local_dir"))
+    except (FileNotFoundError, ValueError) as e:
+        return e
+
+
+def _bundled(entry: ZooEntry, reason: str, local_dir: str | os.PathLike | None) -> Resolved:
+    """The verified bundled copy of ``entry``, used because of ``reason`` (logged as a warning)."""
     bundled = Path(local_dir) / entry.file if local_dir is not None else entry.bundled
     if not bundled.is_file():
         raise FileNotFoundError(
@@ -234,6 +272,20 @@ def locate(
     log.warning("checkpoint %s: %s; using the bundled copy %s", entry.name, reason, bundled)
     verify(bundled, entry, origin="bundled copy")
     return Resolved(bundled, "bundled", reason)
+
+
+def _quarantine(path: Path, entry: ZooEntry) -> str:
+    """Move a refused Hub copy out of the Hub cache, so the next resolve downloads it again; says where."""
+    from .data import cache_dir  # lazy: only on this rare path (it imports torch)
+
+    target = cache_dir() / "quarantine" / entry.file
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(path.resolve(), target)  # the blob the cache's snapshot link points to
+        path.unlink(missing_ok=True)  # the link itself
+    except OSError as e:
+        return f"it could not be moved out of the Hub cache ({e})"
+    return f"moved it out of the Hub cache to {target}"
 
 
 def verify(path: str | os.PathLike, entry: ZooEntry, *, origin: str = "file") -> None:
@@ -249,8 +301,7 @@ def verify(path: str | os.PathLike, entry: ZooEntry, *, origin: str = "file") ->
     if digest != entry.sha256:
         raise ValueError(
             f"refusing checkpoint {entry.name}: sha256 of {origin} {path} is {digest}, the manifest says "
-            f"{entry.sha256}; it is corrupt or was tampered with. Delete it and retry, or fix the manifest "
-            f"if the file was re-trained on purpose"
+            f"{entry.sha256}; it is corrupt or was tampered with (or re-trained: then fix the manifest)"
         )  # fmt: skip
 
 
@@ -435,9 +486,35 @@ def pin_manifest(manifest: Path, repo_id: str, commit: str) -> None:
     raw = json.loads(manifest.read_text())
     for item in raw["entries"]:
         item["hub"] = {"repo_id": repo_id, "revision": commit, "filename": item["file"]}
+    _write_manifest(manifest, raw)
+
+
+def _write_manifest(manifest: Path, raw: dict[str, Any]) -> None:
+    """Write a manifest's JSON atomically."""
     tmp = manifest.with_name(manifest.name + ".tmp")
     tmp.write_text(json.dumps(raw, indent=2) + "\n")
     os.replace(tmp, manifest)
+
+
+def upgrade_bundled(manifest: str | os.PathLike | None = None) -> list[str]:
+    """Re-save every bundled checkpoint in the current checkpoint format (``iss.checkpoint.upgrade``: same
+    tensors) and record its new sha256 and size in the manifest; returns the names rewritten.
+
+    Each file is first checked against the manifest, so only the published bytes are upgraded; a second run
+    changes nothing. Published Hub copies then differ from the manifest until ``zoo push`` runs again.
+    """
+    from . import checkpoint  # lazy: torch is only needed here
+
+    manifest = Path(manifest) if manifest is not None else DEFAULT_ZOO
+    raw = json.loads(manifest.read_text())
+    upgraded = []
+    for entry, item in zip(load_zoo(manifest), raw["entries"], strict=True):
+        verify(entry.bundled, entry, origin="bundled copy")
+        if checkpoint.upgrade(entry.bundled):
+            item.update(sha256=sha256_of(entry.bundled), size_bytes=entry.bundled.stat().st_size)
+            _write_manifest(manifest, raw)  # after each file: an interrupted run leaves no stale entry behind
+            upgraded.append(entry.name)
+    return upgraded
 
 
 # ----------------------------------------------------------------------------------------------- zoo command
@@ -455,6 +532,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, default=None, help="Hugging Face cache (default $HF_HUB_CACHE)"
     )
     sub.add_parser("list", parents=[cached], help="print the zoo table")
+    sub.add_parser("table", parents=[common], help="the README's markdown table (metrics, budgets, paper)")
     fetch = sub.add_parser("fetch", parents=[cached], help="resolve every entry (Hub, cache or bundled copy)")
     fetch.add_argument("--offline", action="store_true", help="use only the Hub cache and bundled files")
     fetch.add_argument("--timeout", type=float, default=None, help="seconds to wait for the Hub (default 10)")
@@ -465,6 +543,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     push.add_argument("--token", default=None, help="Hub token (default: $HF_TOKEN or the saved login)")
     push.add_argument("--private", action="store_true", help="create the repo private")
     push.add_argument("--endpoint", default=None, help="Hub URL (default $HF_ENDPOINT or huggingface.co)")
+    sub.add_parser(
+        "upgrade", parents=[common], help="re-save the bundled files in the current format, update sha256"
+    )
     push.add_argument(
         "--dry-run", nargs="?", type=Path, const=Path("zoo-push-preview"), default=None, metavar="DIR",
         help="write the files that would be uploaded (card, zoo.json, checkpoints) to DIR instead",
@@ -483,6 +564,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.zoo_command == "fetch":
         return _run_fetch(args)
+    if args.zoo_command == "upgrade":
+        upgraded = upgrade_bundled(args.manifest)
+        print(f"upgraded {', '.join(upgraded)}" if upgraded else "every bundled checkpoint is current")
+        return 0
+    if args.zoo_command == "table":
+        print(markdown_table(load_zoo(args.manifest)))
+        return 0
     manifest = args.manifest or DEFAULT_ZOO
     if args.dry_run is not None:
         files = stage_push(manifest, args.repo, args.revision, args.dry_run)
@@ -504,21 +592,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_fetch(args: argparse.Namespace) -> int:
-    """Resolve every entry and print where each came from; exit 1 if any is unavailable or refused."""
-    failed = 0
-    for entry in load_zoo(args.manifest):
-        try:
-            found = locate(
-                entry, offline=args.offline or None, timeout=args.timeout, cache_dir=args.cache_dir,
-                endpoint=args.endpoint,
-            )  # fmt: skip
-        except (FileNotFoundError, ValueError) as e:
-            failed += 1
-            print(f"{entry.name}: FAILED: {e}")
-            continue
-        where = found.detail if found.source == "hub" else f"bundled copy ({found.detail})"
-        print(f"{entry.name}: {found.path}  [from {where}]")
-    return 1 if failed else 0
+    """Resolve every entry (at once, within one deadline) and print where each came from; exit 1 if any is
+    unavailable or refused."""
+    entries = load_zoo(args.manifest)
+    found = locate_all(
+        entries, offline=args.offline or None, timeout=args.timeout, cache_dir=args.cache_dir,
+        endpoint=args.endpoint,
+    )  # fmt: skip
+    for entry, result in zip(entries, found, strict=True):
+        if isinstance(result, Exception):
+            print(f"{entry.name}: FAILED: {result}")
+        else:
+            where = result.detail if result.source == "hub" else f"bundled copy ({result.detail})"
+            print(f"{entry.name}: {result.path}  [from {where}]")
+    return 1 if any(isinstance(result, Exception) for result in found) else 0
 
 
 def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None = None) -> str:
@@ -534,6 +621,55 @@ def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) if entries else "(the zoo is empty)"
+
+
+def markdown_table(entries: list[ZooEntry]) -> str:
+    """The README's zoo table: per (arch, scale, ratio) group, each entry's PSNR/SSIM and training budget,
+    then bicubic (``benchmarks/results/bicubic_x*.json``) and the paper's numbers for the same cells."""
+    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
+    lines = []
+    for key in dict.fromkeys((e.arch, e.scale, e.ratio) for e in entries):
+        arch, scale, ratio = key
+        group = [e for e in entries if (e.arch, e.scale, e.ratio) == key]
+        lines += [
+            f"**{arch} x{scale}, ratio {ratio:g}** (PSNR/SSIM on Y)",
+            "",
+            "| method | " + " | ".join(sets) + " | budget |",
+            "|---|" + "---|" * (len(sets) + 1),
+        ]
+        for e in group:
+            cells = " | ".join(_metric_cell(e.metrics.get(s)).replace(" / ", "/") for s in sets)
+            lines.append(f"| {e.method} | {cells} | {_budget_text(e.budget)} |")
+        bicubic = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{scale}.json"
+        if bicubic.is_file():
+            values = json.loads(bicubic.read_text())
+            lines.append(
+                "| bicubic | "
+                + " | ".join(_metric_cell(values.get(s)).replace(" / ", "/") for s in sets)
+                + " | |"
+            )
+        methods = {e.method for e in group}
+        for row in paper:
+            if (row["arch"], row["scale"], row["ratio"], row["method"] in methods) == (
+                arch,
+                scale,
+                ratio,
+                True,
+            ):
+                cells = " | ".join(_metric_cell(row["metrics"].get(s)).replace(" / ", "/") for s in sets)
+                lines.append(f"| paper {row['method']} (table {row['table']}) | {cells} | official |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _budget_text(budget: dict[str, Any]) -> str:
+    """``12,000 it (K_p 6,000), batch 4, patch 16; cpu: ..., 130 min``."""
+    text = f"{budget.get('iterations', 0):,} it (K_p {budget.get('prune_iters', 0):,}), "
+    text += f"batch {budget.get('batch')}, patch {budget.get('patch')}; {budget.get('device', '?')}"
+    if "train_minutes" in budget:
+        text += f", {budget['train_minutes']:g} min"
+    return text
 
 
 def _local_status(entry: ZooEntry, cache_dir: str | os.PathLike | None) -> str:

@@ -1,6 +1,15 @@
-"""Constants shared by the tests: the repository root and tiny model configurations (fast on CPU)."""
+"""Shared by the tests: the repository root, tiny model configurations (fast on CPU), hostile image files,
+a host-sync detector."""
 
+import io
+import struct
+import zlib
 from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.overrides import TorchFunctionMode
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))  # SwinIR-light with a few thousand weights
@@ -13,3 +22,108 @@ TINY_ARCHS = {
         embed_dim=96, depth=(2,), num_heads=(2,), split_size_0=(4,), split_size_1=(16,), mlp_ratio=1.0
     ),
 }
+
+
+def png_bytes(width: int, height: int, depth: int, color_type: int, raw_rows: bytes) -> bytes:
+    """A PNG file holding ``raw_rows`` (filter byte + pixels per row), written by hand: Pillow refuses
+    to write 16-bit colour or absurd headers."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw_rows, 1))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _one_colour_png(side: int) -> bytes:
+    """A side x side 1-bit PNG of one colour: tiny on disk, ``side**2`` bytes once Pillow decodes it."""
+    return png_bytes(side, side, 1, 0, b"\x00" * (1 + (side + 7) // 8) * side)
+
+
+def bad_uploads() -> dict[str, tuple[bytes, str]]:
+    """File name -> (content, what the one-line error must say): the hostile uploads of issue 14."""
+    buffer = io.BytesIO()
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(buffer, format="PNG")
+    png = buffer.getvalue()
+    over = "too large: over 178,956,970 pixels"  # Pillow refuses these at open, before our own limit
+    return {
+        "empty.png": (b"", "not an image (empty file)"),
+        "truncated.png": (png[: len(png) // 2], "corrupt or truncated image data"),
+        "document.png": (b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n", "looks like a PDF document"),
+        "drawing.png": (
+            b'<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"><rect width="9"/></svg>',
+            "looks like an SVG drawing",
+        ),
+        "page.png": (b"<!DOCTYPE html><html><script>alert(1)</script></html>", "looks like an HTML page"),
+        "header.png": (png_bytes(65535, 65535, 8, 2, b"\x00" * 64), over),
+        "bomb.png": (_one_colour_png(30000), over),
+        "large.png": (_one_colour_png(8000), "too large: 8000x8000 = 64,000,000 pixels"),
+    }
+
+
+def as_format_1(path: Path) -> None:
+    """Rewrite a checkpoint as format 1 (before the sha256 covered the metadata), as old files are."""
+    from safetensors.torch import save
+
+    from iss import checkpoint
+
+    tensors, metadata = checkpoint.read(path)
+    old = {key: value for key, value in metadata.items() if key != "sha256"} | {"format_version": "1"}
+    path.write_bytes(save(tensors, metadata=old | {"sha256": checkpoint.payload_sha256(tensors)}))
+
+
+def rewrite_checkpoint(path: str | Path, *, tensors=None, meta=None, resign: bool = True) -> None:
+    """Edit a checkpoint's tensors and/or metadata, then recompute its sha256 as a forger would (or not)."""
+    import json
+
+    from safetensors.torch import load, save
+
+    from iss import checkpoint
+
+    raw = Path(path).read_bytes()
+    stored = load(raw)
+    metadata = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])["__metadata__"]
+    stored.update(tensors or {})
+    metadata.update(meta or {})
+    if resign:
+        metadata["sha256"] = checkpoint.payload_sha256(stored, metadata)
+    Path(path).write_bytes(save(stored, metadata=metadata))
+
+
+class HostSyncError(AssertionError):
+    """A torch call that would make the host wait for the device ran inside ``NoHostSync``."""
+
+
+class NoHostSync(TorchFunctionMode):
+    """Raises ``HostSyncError`` on every torch call that reads device data on the host or has a shape that
+    depends on it: a CPU stand-in for ``torch.cuda.set_sync_debug_mode("error")``, so tests without a GPU can
+    prove a code path sync-free. Only calls made from Python are seen (not those inside torch ops), and
+    device-to-device copies cannot be told apart on the CPU.
+    """
+
+    SYNCS = frozenset(
+        {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "__repr__",
+         "__format__", "is_nonzero", "nonzero", "argwhere", "unique", "unique_consecutive", "masked_select",
+         "repeat_interleave", "equal", "allclose", "cpu", "numpy", "tensor", "as_tensor"}
+    )  # fmt: skip
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.SYNCS or (name in ("__getitem__", "__setitem__") and _host_index(args[1])):
+            raise HostSyncError(f"torch {name} makes the host wait for the device")
+        return func(*args, **(kwargs or {}))
+
+
+def _host_index(index) -> bool:
+    """A boolean-mask index (data-dependent shape) or a Python list (copied from the host)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(
+        isinstance(p, list) or (isinstance(p, torch.Tensor) and p.dtype in (torch.bool, torch.uint8))
+        for p in parts
+    )

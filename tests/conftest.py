@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from common import ROOT, TINY
+from common import ROOT, TINY, rewrite_checkpoint
 from fakehub import FakeHub, closed_port_url
 from huggingface_hub import constants
 
@@ -119,3 +119,28 @@ def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> str:
         _entry("missing_x2_iss-p_r0.5", folder / "missing.safetensors", 2, 0.5),
     ]
     return _write_zoo(folder, entries)
+
+
+@pytest.fixture(scope="module")
+def malformed_zoo(tiny_zoo: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``tiny_zoo`` plus two re-signed malformed checkpoints whose manifest sha256 matches them (a manifest
+    the forger controls): an int16 mask, and an arch_kwargs option SwinIR does not have."""
+    folder = Path(tiny_zoo).parent
+    good = folder / "tiny_x2_iht.safetensors"
+    tensors, _ = iss.checkpoint.read(good)
+    mask = next(k for k in tensors if k.endswith(iss.checkpoint.MASK_SUFFIX))
+    int16, unknown = folder / "int16_mask.safetensors", folder / "unknown_kwarg.safetensors"
+    int16.write_bytes(good.read_bytes())
+    rewrite_checkpoint(int16, tensors={mask: tensors[mask].to(torch.int16)})
+    unknown.write_bytes(good.read_bytes())
+    rewrite_checkpoint(unknown, meta={"arch_kwargs": json.dumps({**TINY, "colour": "red"})})
+    good_entry = json.loads(Path(tiny_zoo).read_text())["entries"][0]
+    entries = [
+        good_entry,
+        _entry("int16_x2_iss-p_r0.5", int16, 2, 0.5, "iss-p"),  # one method each: the app asks for methods
+        _entry("unknown_x2_l1_r0.5", unknown, 2, 0.5, "l1"),
+    ]
+    out = tmp_path_factory.mktemp("malformed")
+    for entry in entries:
+        (out / entry["file"]).write_bytes((folder / entry["file"]).read_bytes())
+    return _write_zoo(out, entries)

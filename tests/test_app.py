@@ -6,14 +6,19 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+import gradio
 import pytest
-from common import ROOT, TINY
+from common import ROOT, TINY, bad_uploads
 from PIL import Image
 
 import iss
@@ -51,24 +56,30 @@ def zoo_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder / "zoo.json")
 
 
-def _load_app():
-    """``app.py`` as a module."""
-    if "app" not in sys.modules:  # gradio looks a component subclass's module up by name
+def _load_app() -> ModuleType:
+    """``app.py`` imported as a module (registered: gradio looks a component subclass's module up by name)."""
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    if "app" not in sys.modules:
         spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
         sys.modules["app"] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules["app"])
     return sys.modules["app"]
 
 
+def _launch(demo: Any, app: ModuleType) -> str:
+    """Serve ``demo`` in a background thread on a free local port, with the app's limits; returns its URL."""
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(), quiet=True, **app.LIMITS
+    )
+    return url
+
+
 @pytest.fixture(scope="module")
 def app_url(zoo_path: str) -> Iterator[str]:
     """``app.build_demo()`` on the tiny zoo, launched in a background thread on a free local port."""
-    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    demo = _load_app().build_demo(zoo_path=zoo_path)
-    _, url, _ = demo.launch(
-        prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(), quiet=True
-    )
-    yield url
+    app = _load_app()
+    demo = app.build_demo(zoo_path=zoo_path)
+    yield _launch(demo, app)
     demo.close()
 
 
@@ -135,6 +146,107 @@ def test_upscale_at_a_scale_without_checkpoints_says_so(client, zoo_path: str) -
     )
     assert [row[0] for row in table["data"]] == ["bicubic", "iss-p"]
     assert table["data"][1][1].startswith("unavailable: no swinir-light x2 iss-p checkpoint")
+
+
+def _peak_rss_reset() -> int:
+    """Reset this process's peak RSS (the server runs in it) and return the current RSS, in bytes."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_bytes("VmRSS")
+
+
+def _status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status, in bytes."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+
+def test_hostile_uploads_get_one_line_each_and_the_server_stays_up(client, tmp_path: Path, capfd) -> None:
+    """Issue 14: every file of the corpus gets its reason and the input policy, within time and memory."""
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    baseline = _peak_rss_reset()
+    for name, (content, expected) in bad_uploads().items():
+        (tmp_path / name).write_bytes(content)
+        start = time.perf_counter()
+        with pytest.raises(AppError) as err:
+            client.predict(handle_file(str(tmp_path / name)), "swinir-light", 4, None, ["bicubic"],
+                           compare.MODE_HR, False, api_name="/upscale")  # fmt: skip
+        message = str(err.value)
+        assert message.startswith(f"{name}: ") and expected in message, message
+        assert compare.INPUT_POLICY in message and "\n" not in message and "/tmp" not in message
+        assert time.perf_counter() - start < 15
+    assert _status_bytes("VmHWM") - baseline < 300e6  # nothing was decoded at full size
+    assert "Traceback" not in capfd.readouterr().err
+    example = compare.EXAMPLES_DIR / "pagoda.png"  # the next normal request works
+    result = client.predict(handle_file(str(example)), "swinir-light", 4, None, ["bicubic"], compare.MODE_HR,
+                            False, api_name="/upscale")  # fmt: skip
+    assert result[5].startswith("swinir-light x4: LR 60x60 to 240x240")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"image": None}, "upload an image or pick an example first"),
+        ({"methods": None}, "methods must be a list of method names"),
+        ({"methods": "bicubic"}, "methods must be a list of method names"),
+        ({"methods": []}, "choose at least one method"),
+        ({"scale": 5}, "scale must be one of 2, 3, 4, got 5"),
+        ({"scale": None}, "scale must be one of 2, 3, 4, got None"),
+        ({"mode": "x"}, "unknown input mode 'x'"),
+        ({"sparse": "yes"}, "sparse must be true or false"),
+        ({"backbone": "resnet"}, "backbone must be one of"),
+        ({"ratio": "high"}, "ratio must be a number in [0, 1), got 'high'"),
+    ],
+)
+def test_api_mistakes_get_one_line_and_no_server_traceback(
+    client, capfd, change: dict, expected: str
+) -> None:
+    """Issue 16 item 10: a client's mistake is answered in one line, the server console stays clean."""
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    args = {"image": handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "backbone": "swinir-light",
+            "scale": 4, "ratio": None, "methods": ["bicubic"], "mode": compare.MODE_HR,
+            "sparse": False} | change  # fmt: skip
+    with pytest.raises(AppError, match=re.escape(expected)):
+        client.predict(*args.values(), api_name="/upscale")
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "layer", "expected"),
+    [("nope", None, "no zoo entry 'nope'; the zoo has: tiny_x4_iss-p_r0.9"), (5, None, "must be names")],
+)
+def test_sparsity_mistakes_get_one_line_and_no_server_traceback(client, capfd, name, layer, expected) -> None:
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match=re.escape(expected)):
+        client.predict(name, layer, api_name="/sparsity")
+    assert "Traceback" not in capfd.readouterr().err
+    kept, _hist, _layers = client.predict("tiny_x4_iss-p_r0.9", None, api_name="/sparsity")
+    assert kept["type"] == "plotly"
+
+
+def test_upscale_downloads_are_deleted_with_gradios_cache(zoo_path: str) -> None:
+    """Issue 17 item 4: the PNGs live in Gradio's cache, so its cleaning (here at shutdown) removes them."""
+    from gradio_client import Client, handle_file
+
+    app = _load_app()
+    demo = app.build_demo(zoo_path=zoo_path)
+    before = set(Path(tempfile.gettempdir()).glob("iss-sr-*"))
+    client = Client(_launch(demo, app), verbose=False, download_files=False)
+    try:
+        image = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))
+        files = client.predict(image, "swinir-light", 4, 0.9, ["bicubic", "iss-p"], compare.MODE_LR, False,
+                               api_name="/upscale")[4]  # fmt: skip
+        paths = [Path(f["path"]) for f in files]
+        assert len(paths) == 2 and all(p.is_file() for p in paths)
+        assert all(p.parent.parent == Path(gradio.utils.get_upload_folder()) for p in paths)
+    finally:
+        demo.close()
+    assert not any(p.exists() for p in paths)
+    assert set(Path(tempfile.gettempdir()).glob("iss-sr-*")) <= before  # nothing left outside the cache
 
 
 def test_train_streams_then_stops_on_cancel(client) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 import torch
@@ -293,3 +294,41 @@ def test_load_official_refuses_code_in_pickle(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="refusing"):
         archs.load_official(tiny("edsr-baseline", 2), path)
     assert not _UNPICKLED
+
+
+def _worst_options(name: str) -> dict:
+    """Every option ``name`` declares, at the top of its sane range (sequences at their longest)."""
+    options = get_type_hints(archs.ARCHS.get(name))["return"].OPTIONS
+    top = {key: o.kind(o.high) if o.kind is not bool else True for key, o in options.items()}
+    return {key: [top[key]] * o.max_len if o.max_len else top[key] for key, o in options.items()}
+
+
+@pytest.mark.parametrize("name", archs.list_archs())
+def test_sane_option_ranges_bound_the_model_size(name: str) -> None:
+    """Issue 17 item 1: whatever a checkpoint's arch_kwargs say within the ranges, the model stays small."""
+    worst = _worst_options(name)
+    archs.check_overrides(name, worst)
+    with torch.device("meta"):  # sizes only: nothing is allocated for parameters
+        model = archs.build(name, 4, **worst)
+    size = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    assert size < 400e6, f"{name} at the top of every range holds {size / 1e6:.0f} MB"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"embed_dim": 6000}, "embed_dim = 6000 is outside its sane range [1, 240]"),
+        ({"depths": [2] * 20}, "depths must be a list of 1 to 8 values"),
+        ({"img_range": float("nan")}, "img_range = nan is outside"),
+        ({"qkv_bias": 1}, "qkv_bias must be bool"),
+        ({"embed_dim": 12.5}, "embed_dim must be int"),
+        ({"colour": "red"}, "swinir-light has no option colour; it takes img_size"),
+        (["embed_dim"], "options must be a JSON object"),
+    ],
+)
+def test_check_overrides_refuses_unknown_or_insane_options(overrides, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        archs.check_overrides("swinir-light", overrides)
+    archs.check_overrides("swinir-light", {"embed_dim": 12, "depths": [2], "num_heads": [2], "mlp_ratio": 2})
+    for name, tiny in TINY_ARCHS.items():  # the tests' tiny configurations are sane too
+        archs.check_overrides(name, {k: list(v) if isinstance(v, tuple) else v for k, v in tiny.items()})

@@ -5,9 +5,13 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
+import time
+from pathlib import Path
 
 import pytest
 import torch
+from common import TINY, as_format_1, rewrite_checkpoint
 from safetensors.torch import save as st_save
 from torch import nn
 
@@ -69,7 +73,7 @@ def test_round_trip_is_exact_and_as_sparse(tiny: nn.Module, tmp_path) -> None:
         assert torch.equal(getattr(model, name).weight == 0, getattr(tiny, name).weight == 0)
     assert meta["arch"] == "tiny" and meta["scale"] == 2 and meta["ratio"] == 0.75 and meta["alpha"] is None
     assert meta["arch_kwargs"] == {"width": 8} and meta["metrics"] == {"Set5": {"psnr": 30.5}}
-    assert meta["format_version"] == "1" and len(meta["sha256"]) == 64
+    assert meta["format_version"] == "2" and len(meta["sha256"]) == 64
     assert not model.training
 
 
@@ -188,3 +192,88 @@ def test_swinir_light_at_095_is_a_tenth_of_dense(tmp_path) -> None:
         assert torch.equal(loaded.state_dict()[name] != 0, mask), name
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+# ---------------------------------------------------------------------------- tampered, re-signed, old files
+
+
+@pytest.fixture
+def swinir_file(tmp_path) -> str:
+    """A tiny pruned SwinIR-light x2 checkpoint (a registered architecture, so its metadata is checked)."""
+    from iss import archs, pruning
+
+    torch.manual_seed(0)
+    model = archs.build("swinir-light", 2, **TINY)
+    masks = pruning.build("iht", model, 0.5, prune_iters=0).masks
+    meta = {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY, "method": "iht", "ratio": 0.5}
+    return str(checkpoint.save(model, tmp_path / "tiny.safetensors", meta, masks))
+
+
+def test_an_edited_header_fails_the_integrity_check(swinir_file: str) -> None:
+    """Issue 17 item 1: the hash covers the metadata, so img_range 255 can no longer slip in."""
+    rewrite_checkpoint(
+        swinir_file, meta={"arch_kwargs": json.dumps({"embed_dim": 12, "img_range": 255})}, resign=False
+    )
+    with pytest.raises(ValueError, match="failed its integrity check"):
+        checkpoint.load(swinir_file)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"meta": {"arch_kwargs": '{"embed_dim": 6000}'}}, "embed_dim = 6000 is outside its sane range"),
+        ({"meta": {"arch_kwargs": '{"embed_dim": 12, "colour": 1}'}}, "has no option colour"),
+        ({"meta": {"arch_kwargs": "[1, 2]"}}, "options must be a JSON object"),
+        ({"meta": {"arch": "vgg"}}, "unknown architecture 'vgg'"),
+        ({"meta": {"scale": "8"}}, "scale 8 is not 2, 3 or 4"),
+        ({"mask_dtype": torch.int16}, "is torch.int16"),
+        ({"values_dtype": torch.float64}, "is stored as torch.float64; expected float32 or float16"),
+        ({"nan": True}, "holds NaN or infinite values"),
+    ],
+)
+def test_resigned_malformed_files_are_refused_before_anything_is_built(
+    swinir_file: str, edit, message
+) -> None:
+    """A forger can recompute the sha256; the checks on what the file describes still hold, at once."""
+    tensors, _ = checkpoint.read(swinir_file)
+    mask_key = next(k for k in tensors if k.endswith(checkpoint.MASK_SUFFIX))
+    values_key = mask_key.replace(checkpoint.MASK_SUFFIX, checkpoint.VALUES_SUFFIX)
+    changed = {}
+    if "mask_dtype" in edit:
+        changed[mask_key] = tensors[mask_key].to(edit["mask_dtype"])
+    if "values_dtype" in edit:
+        changed[values_key] = tensors[values_key].to(edit["values_dtype"])
+    if "nan" in edit:
+        changed[values_key] = torch.full_like(tensors[values_key], float("nan"))
+    rewrite_checkpoint(swinir_file, tensors=changed, meta=edit.get("meta"))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        checkpoint.load(swinir_file)
+    assert time.perf_counter() - start < 2.0 and str(err.value).startswith(f"checkpoint {swinir_file}")
+
+
+def test_format_1_files_get_a_clear_error_and_upgrade_exactly(swinir_file: str) -> None:
+    tensors, _ = checkpoint.read(swinir_file)
+    before = checkpoint.load(swinir_file)[0].state_dict()
+    as_format_1(Path(swinir_file))
+    with pytest.raises(ValueError, match=r"is in format 1, whose sha256 does not cover its metadata"):
+        checkpoint.load(swinir_file)
+    assert checkpoint.upgrade(swinir_file) is True
+    after = checkpoint.load(swinir_file)[0].state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert checkpoint.read(swinir_file)[0].keys() == tensors.keys()
+    assert checkpoint.upgrade(swinir_file) is False  # rerunnable: already current
+
+
+def test_a_file_without_its_sha_says_so(swinir_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17 item 6: not "format_version '1', expected '1'"."""
+    tensors, metadata = checkpoint.read(swinir_file)
+    del metadata["sha256"]
+    Path(swinir_file).write_bytes(st_save(tensors, metadata=metadata))
+    with pytest.raises(ValueError, match=r"not an ISS-SR sparse checkpoint \(no sha256 in its metadata\)"):
+        checkpoint.load(swinir_file)
+    with pytest.raises(ValueError, match=r"no sha256 in its metadata"):
+        checkpoint.upgrade(swinir_file)
+    monkeypatch.setattr(checkpoint, "MAX_FILE_BYTES", 1000)
+    with pytest.raises(ValueError, match="larger than 0 MiB; refusing to read it"):
+        checkpoint.load(swinir_file)

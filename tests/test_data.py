@@ -5,24 +5,27 @@ from __future__ import annotations
 import io
 import itertools
 import shutil
-import struct
-import zlib
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from common import bad_uploads, png_bytes
+from PIL import Image, ImageOps
+from PIL.JpegImagePlugin import JpegImageFile
 from torch.utils.data import DataLoader
 
 import iss.resize
 from iss.data import (
     BENCHMARKS,
+    FORMATS,
     BenchmarkSet,
     DevicePatches,
     ImageError,
     TrainPatches,
     benchmark_name,
+    decode_image,
     modcrop,
     read_image,
     to_rgb_uint8,
@@ -43,17 +46,7 @@ def _png16(a: np.ndarray) -> bytes:
     """A 16-bit PNG of an HxWxC uint16 array (Pillow cannot write 16-bit colour PNGs)."""
     h, w, c = a.shape
     raw = b"".join(b"\x00" + a[y].astype(">u2").tobytes() for y in range(h))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", w, h, 16, {1: 0, 3: 2, 4: 6}[c], 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
+    return png_bytes(w, h, 16, {1: 0, 3: 2, 4: 6}[c], raw)
 
 
 def _random_image(h: int, w: int, seed: int = 0) -> np.ndarray:
@@ -153,10 +146,107 @@ def test_read_missing_file_and_pixel_cap(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match="no such file"):
         read_image(tmp_path / "missing.png")
     Image.fromarray(_random_image(30, 40)).save(tmp_path / "big.png")
-    with pytest.raises(ImageError, match="40x30 = 1,200 pixels is more than the limit of 1,000"):
+    with pytest.raises(ImageError, match=r"too large: 40x30 = 1,200 pixels \(the limit is 1,000\)"):
         read_image(tmp_path / "big.png", max_pixels=1000)
     assert read_image(tmp_path / "big.png", max_pixels=1200).shape == (30, 40, 3)
     assert issubclass(ImageError, ValueError)
+
+
+@pytest.mark.parametrize("name", list(bad_uploads()))
+def test_hostile_files_are_refused_in_one_line_before_decoding(tmp_path: Path, name: str) -> None:
+    content, expected = bad_uploads()[name]
+    path = tmp_path / name
+    path.write_bytes(content)
+    start = time.perf_counter()
+    with pytest.raises(ImageError) as err:
+        decode_image(path, max_pixels=50_000_000, max_side=1024)
+    assert time.perf_counter() - start < 2  # the bombs are refused from their header, not decoded
+    assert expected in err.value.reason and "\n" not in str(err.value)
+    assert str(path) not in err.value.reason and str(path) in str(err.value)
+
+
+def test_pillows_own_bomb_limit_gets_the_same_kind_of_message(tmp_path: Path) -> None:
+    content, _ = bad_uploads()["header.png"]
+    (tmp_path / "h.png").write_bytes(content)
+    with pytest.raises(ImageError, match=r"too large: over 178,956,970 pixels \(the limit is 178,956,970\)"):
+        read_image(tmp_path / "h.png")  # no max_pixels: Pillow's decompression-bomb limit
+    (tmp_path / "a.gif").write_bytes(b"GIF89a" + b"\x00" * 20)
+    with pytest.raises(ImageError, match=r"not an image \(looks like a GIF\)"):
+        read_image(tmp_path / "a.gif")
+    assert "GIF" not in FORMATS  # only the formats the loader documents are decoded
+    (tmp_path / "a.bin").write_bytes(b"\x00\x01 not a known kind of file")
+    with pytest.raises(
+        ImageError, match=r"not an image \(readable formats: PNG, JPEG, WEBP, BMP, TIFF, PPM\)"
+    ):
+        read_image(tmp_path / "a.bin")
+
+
+@pytest.mark.parametrize(
+    ("mode", "color", "suffix"),
+    [
+        ("1", 1, ".png"),
+        ("L", 90, ".png"),
+        ("P", 3, ".png"),
+        ("RGB", (200, 120, 40), ".png"),
+        ("RGBA", (200, 120, 40, 255), ".png"),
+        ("LA", (90, 255), ".png"),
+        ("I;16", 40000, ".png"),
+        ("I", 200, ".tif"),
+        ("F", 0.25, ".tif"),
+        ("CMYK", (10, 80, 160, 0), ".jpg"),
+        ("RGB", (200, 120, 40), ".webp"),
+    ],
+)
+def test_max_side_shrinks_every_mode_to_the_cap(tmp_path: Path, mode: str, color, suffix: str) -> None:
+    im = Image.new(mode, (900, 600), color)
+    if mode == "P":
+        im.putpalette([0, 0, 0] * 3 + [30, 160, 220] + [0, 0, 0] * 252)
+    im.save(tmp_path / f"a{suffix}", **({"quality": 95} if suffix == ".jpg" else {}))
+    full = decode_image(tmp_path / f"a{suffix}")
+    small = decode_image(tmp_path / f"a{suffix}", max_side=90)
+    assert small.image.shape == (60, 90, 3) and small.image.dtype == np.uint8
+    assert small.size == full.size == (900, 600) and small.mode == full.mode
+    assert np.abs(small.image.astype(int) - full.image[0, 0].astype(int)).max() <= 3  # same colour
+
+
+def test_max_side_resamples_like_pillow_bicubic(tmp_path: Path) -> None:
+    smooth = np.asarray(Image.fromarray(_random_image(12, 18)).resize((1800, 1200), Image.BICUBIC))
+    Image.fromarray(smooth).save(tmp_path / "s.png")
+    out = read_image(tmp_path / "s.png", max_side=180)  # box-reduced by 3 first, then bicubic
+    direct = np.asarray(Image.fromarray(smooth).resize((180, 120), Image.BICUBIC))
+    assert out.shape == (120, 180, 3) and np.abs(out.astype(int) - direct).mean() < 1.0
+    small = _random_image(30, 40)
+    Image.fromarray(small).save(tmp_path / "n.png")
+    np.testing.assert_array_equal(read_image(tmp_path / "n.png", max_side=40), small)  # fits: untouched
+
+
+def test_jpeg_is_decoded_at_reduced_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    smooth = np.asarray(Image.fromarray(_random_image(12, 16)).resize((1600, 1200), Image.BICUBIC))
+    Image.fromarray(smooth).save(tmp_path / "a.jpg", quality=95)
+    drafts = []
+    real_draft = JpegImageFile.draft
+    monkeypatch.setattr(
+        JpegImageFile, "draft", lambda im, mode, size: drafts.append(size) or real_draft(im, mode, size)
+    )
+    out = read_image(tmp_path / "a.jpg", max_side=200)
+    assert drafts == [(200, 150)] and out.shape == (150, 200, 3)  # decoded at 1/8, then resampled
+    direct = np.asarray(Image.fromarray(smooth).resize((200, 150), Image.BICUBIC))
+    assert np.abs(out.astype(int) - direct).mean() < 3.0
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_exif_orientation_matches_pillow(tmp_path: Path, orientation: int) -> None:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(_random_image(20, 30)).save(tmp_path / "o.png", exif=exif)
+    with Image.open(tmp_path / "o.png") as im:
+        expected = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+    decoded = decode_image(tmp_path / "o.png")
+    np.testing.assert_array_equal(decoded.image, expected)
+    assert decoded.size == (expected.shape[1], expected.shape[0])
+    assert decode_image(tmp_path / "o.png", max_side=15).image.shape[:2] == (
+        (10, 15) if expected.shape[1] > expected.shape[0] else (15, 10)
+    )
 
 
 # --------------------------------------------------------------------------------------------- to_rgb_uint8

@@ -241,6 +241,18 @@ def test_error_wrong_weights_file(tiny_set: Path, tmp_path: Path, capsys: pytest
     _assert_one_line_error(capsys, code, "w.pth")
 
 
+@pytest.mark.parametrize(
+    ("name", "needle"), [("int16_mask", "torch.int16"), ("unknown_kwarg", "no option colour")]
+)
+def test_error_malformed_checkpoint(
+    malformed_zoo: str, tiny_set: Path, capsys: pytest.CaptureFixture, name: str, needle: str
+) -> None:
+    """Issue 17 item 2: a re-signed malformed checkpoint is one line on stderr, not a traceback."""
+    path = Path(malformed_zoo).parent / f"{name}.safetensors"
+    code = _eval("--model", str(path), "--data-dir", str(tiny_set), "--datasets", "Set5")
+    _assert_one_line_error(capsys, code, f"checkpoint {path}", needle)
+
+
 def test_error_upscaler_returning_wrong_shape(tiny_set: Path) -> None:
     with pytest.raises(ValueError, match="the upscaler returned uint8"):
         evaluate(lambda lr: lr, ["Set5"], 2, tiny_set, progress=False)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 
 import pytest
 import torch
+from common import TINY_ARCHS, HostSyncError, NoHostSync
 from torch import nn
 
+import iss.archs
 import iss.pruning as pruning
 from iss.pruning.base import gap_threshold, n_unimportant, select_nm, select_smallest
 from iss.pruning.schedule import growth_schedule
+from iss.pruning.telemetry import TelemetryRecorder, pack_bits, popcount, unpack_bits
 
 RATIO = 0.75
 
@@ -328,10 +332,11 @@ RESUME_CASES = [
 ]
 
 
+@pytest.mark.parametrize(("save_sync_free", "load_sync_free"), [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize(("method", "options"), RESUME_CASES)
-def test_state_dict_resume_is_bit_exact(method, options):
+def test_state_dict_resume_is_bit_exact(method, options, save_sync_free, load_sync_free):
     model_a = twin_model()
-    pruner_a = pruning.build(method, model_a, RATIO, window=3, **options)
+    pruner_a = pruning.build(method, model_a, RATIO, window=3, sync_free=save_sync_free, **options)
     opt_a = torch.optim.Adam(model_a.parameters(), 1e-2)
     stats_a = []
     pruner_a.add_callback(stats_a.append)
@@ -342,7 +347,7 @@ def test_state_dict_resume_is_bit_exact(method, options):
     run(method, range(4, 10), model_a, opt_a, pruner_a)
 
     model_b = twin_model(seed=1)  # resume order: build model and pruner, then load the saved states
-    pruner_b = pruning.build(method, model_b, RATIO, window=3, **options)
+    pruner_b = pruning.build(method, model_b, RATIO, window=3, sync_free=load_sync_free, **options)
     model_b.load_state_dict(saved["model"])
     opt_b = torch.optim.Adam(model_b.parameters(), 1e-2)
     opt_b.load_state_dict(saved["opt"])
@@ -604,3 +609,205 @@ def test_swinir_every_step_selection_is_exact(tiny_swinir, method):
             assert int((~pruner.masks[name]).sum()) == math.ceil(0.9 * snapshot[name].numel())
     assert pruner.stage == "finetune"
     assert all(torch.all(params[n][~pruner.masks[n]] == 0) for n in names)
+
+
+# ----- sync-free mode -----
+MODE_CASES = [  # every method with both stages inside 20 iterations
+    ("iss-p", {"prune_iters": 12}),
+    ("iht", {"prune_iters": 12}),
+    ("iss-r", {"prune_iters": 12, "eta_interval": 3}),
+    ("srp", {"prune_iters": 12, "eta_interval": 3, "stabilize_iters": 3}),
+    ("assl", {"prune_iters": 12, "eta_interval": 3, "ssa_iters": 5, "stabilize_iters": 3}),
+    ("l1", {}),
+    ("scratch", {"seed": 3}),
+]
+MODE_CASES += [(method, {**options, "nm": "3:4"}) for method, options in MODE_CASES]
+
+
+def tiny_edsr(seed: int = 0) -> nn.Module:
+    """EDSR-L from tests/common.py (5.7 K weights, several layers of one shape)."""
+    torch.manual_seed(seed)
+    return iss.archs.build("edsr-l", 2, **TINY_ARCHS["edsr-l"])
+
+
+def sr_step(model, opt, pruner, seed: int, guard=contextlib.nullcontext) -> torch.Tensor:
+    """One training step on random data, the pruner's calls inside ``guard()`` (e.g. ``NoHostSync``)."""
+    g = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    lr, hr = torch.rand(2, 3, 8, 8, generator=g).to(device), torch.rand(2, 3, 16, 16, generator=g).to(device)
+    opt.zero_grad()
+    loss = nn.functional.l1_loss(model(lr), hr)
+    loss.backward()
+    with guard():
+        pruner.before_step()
+    opt.step()  # Adam reads its step count on the host: outside the guard
+    with guard():
+        pruner.step()
+    return loss.detach()
+
+
+@contextlib.contextmanager
+def cuda_sync_errors():
+    """CUDA's own detector: any synchronising CUDA call raises inside."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def assert_same_state(a, b) -> None:
+    """Equal nested state dicts (tensors compared exactly)."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same_state(x, y)
+    else:
+        assert a == b
+
+
+def test_pack_bits_popcount_and_unpack():
+    g = torch.Generator().manual_seed(0)
+    for numel in (1, 7, 8, 61, 640):
+        mask = torch.rand(numel, generator=g) > 0.5
+        packed = pack_bits(mask)
+        assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(numel / 8)
+        assert torch.equal(unpack_bits(packed, numel), mask)
+        other = torch.rand(numel, generator=g) > 0.5
+        assert int(popcount(packed ^ pack_bits(other))) == int((mask ^ other).sum())
+    assert pack_bits(torch.tensor([True, False, True] + [False] * 4 + [True])).tolist() == [0b10000101]
+    assert int(popcount(torch.arange(256, dtype=torch.uint8))) == 8 * 128
+
+
+def test_sync_free_is_the_default_on_cuda_only():
+    assert not pruning.build("iss-p", tiny_model(), RATIO, prune_iters=3).sync_free
+    assert pruning.build("iss-p", tiny_model(), RATIO, prune_iters=3, sync_free=True).sync_free
+    assert pruning.options("assl")["sync_free"] is None
+
+
+@pytest.mark.parametrize(("method", "options"), MODE_CASES)
+def test_sync_free_mode_gives_the_fast_path_results_bit_for_bit(method, options):
+    runs = []
+    for sync_free in (False, True):
+        model = tiny_edsr()
+        pruner = pruning.build(method, model, RATIO, window=4, sync_free=sync_free, **options)
+        runs.append((model, torch.optim.Adam(model.parameters(), 1e-2), pruner))
+    (fast_model, _, fast), (free_model, _, free) = runs
+    seen, losses = [], []
+    fast.add_callback(seen.append)
+    recorder = TelemetryRecorder(free)
+    for i in range(20):
+        losses.append(float(sr_step(*runs[0], seed=i)))
+        recorder.record(sr_step(*runs[1], seed=i))
+        for name, mask in fast.masks.items():
+            assert torch.equal(free.masks[name], mask), (i, name)
+        for (name, a), b in zip(
+            fast_model.state_dict().items(), free_model.state_dict().values(), strict=True
+        ):
+            assert torch.equal(a, b), (i, name)
+    assert fast.stage == free.stage == "finetune"
+    recorded = recorder.flush()
+    assert [stats for stats, _ in recorded] == seen  # flips, distances, gradient statistics, per layer
+    assert [loss for _, loss in recorded] == losses
+    assert_same_state(fast.state_dict(), free.state_dict())
+    if method in ("iss-p", "iht", "iss-r", "assl"):  # re-selecting methods: the test saw flips and drift
+        assert max(s.flips_permille_total for s in seen) > 0
+        assert max(s.distance_window_permille for s in seen) > 0
+
+
+SYNCS = {
+    "item": lambda x: x.sum().item(),
+    "tolist": lambda x: x.tolist(),
+    "bool": lambda x: bool(x.any()),
+    "int": lambda x: int(x.sum()),
+    "float": lambda x: float(x.sum()),
+    "index": lambda x: range(9)[x.long().sum()],
+    "nonzero": lambda x: x.nonzero(),
+    "mask index": lambda x: x[x > 0.5],
+    "mask assign": lambda x: x.__setitem__(x > 0.5, 0.0),
+    "list index": lambda x: x[[0, 1]],
+    "unique": lambda x: torch.unique(x),
+    "equal": lambda x: torch.equal(x, x),
+    "cpu": lambda x: x.cpu(),
+    "host data": lambda x: torch.tensor([1.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("call", SYNCS.values(), ids=SYNCS.keys())
+def test_no_host_sync_detector_catches_each_sync(call):
+    x = torch.rand(4, 5)
+    call(x)  # fine outside
+    with NoHostSync(), pytest.raises(HostSyncError):
+        call(x)
+
+
+def test_no_host_sync_detector_lets_device_ops_run():
+    x = torch.rand(4, 5)
+    with NoHostSync():
+        tau = x.kthvalue(3, dim=1, keepdim=True).values
+        below = torch.where(x <= tau, 1.0, 0.5).cumsum(1).any(1, keepdim=True)
+        x.index_select(0, torch.arange(2))[torch.zeros(2, dtype=torch.long)].masked_fill_(below[:2], 0.0)
+
+
+@pytest.mark.parametrize(("method", "options"), MODE_CASES)
+def test_sync_free_steps_never_wait_for_the_device(method, options):
+    model = tiny_edsr()
+    pruner = pruning.build(method, model, RATIO, window=4, sync_free=True, **options)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    recorder = TelemetryRecorder(pruner)
+    for i in range(16):  # both stages
+        loss = sr_step(model, opt, pruner, i, guard=NoHostSync)
+        with NoHostSync():
+            recorder.record(loss)
+    assert pruner.stage == "finetune" and len(recorder) == 16
+    assert [stats.iteration for stats, _ in recorder.flush()] == list(range(1, 17))
+
+
+@pytest.mark.parametrize(("method", "options"), [("iss-p", {}), ("iss-r", {"eta_interval": 1})])
+def test_fast_path_waits_for_the_device(method, options):
+    model = tiny_edsr()
+    pruner = pruning.build(method, model, RATIO, prune_iters=12, sync_free=False, **options)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    with pytest.raises(HostSyncError, match="nonzero"):
+        sr_step(model, opt, pruner, 0, guard=NoHostSync)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(("method", "options"), [("iss-p", {}), ("assl", {"ssa_iters": 2})])
+def test_sync_free_on_cuda_under_the_sync_debug_mode(method, options):
+    model = tiny_edsr().cuda()
+    pruner = pruning.build(method, model, RATIO, prune_iters=6, window=4, **options)
+    assert pruner.sync_free
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    recorder = TelemetryRecorder(pruner)
+    for i in range(8):
+        loss = sr_step(model, opt, pruner, i, guard=cuda_sync_errors)
+        with cuda_sync_errors():
+            recorder.record(loss)
+    assert len(recorder.flush()) == 8 and pruner.stage == "finetune"
+
+
+def test_recorder_matches_stats_and_window_memory_is_bounded():
+    model = tiny_edsr()
+    pruner = pruning.build("iss-p", model, RATIO, prune_iters=30, window=3)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    recorder = TelemetryRecorder(pruner)
+    stats = []
+    for i in range(6):
+        sr_step(model, opt, pruner, i)
+        stats.append(pruner.stats)
+        recorder.record()
+        assert len(pruner._tracker._history) == min(i + 2, 4)  # masks of `window` iterations back and now
+    flushed = recorder.flush()
+    assert [s for s, _ in flushed] == stats and all(math.isnan(loss) for _, loss in flushed)
+    assert recorder.flush() == [] and len(recorder) == 0
+    pruner.step()  # without before_step: no gradient statistics
+    recorder.record(0.5)
+    ((last, loss),) = recorder.flush()
+    assert last.grad_norm == {} and last.iteration == 7 and loss == 0.5 and last == pruner.stats

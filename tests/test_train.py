@@ -22,6 +22,7 @@ from torch import nn
 from iss import train as train_mod
 from iss.train import NonFiniteLossError, Trainer
 from iss.train_config import TrainConfig
+from tests.common import TINY_ARCHS, NoHostSync
 
 TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
 
@@ -296,6 +297,26 @@ def test_channels_last_convnet_trains_prunes_and_saves(tmp_path: Path) -> None:
     loaded, _ = checkpoint.load(path)
     for a, b in zip(loaded.parameters(), nhwc.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("arch", ["swinir-light", "edsr-l", "cat-r"])
+def test_a_gpu_style_step_never_waits_for_the_device(arch: str) -> None:
+    """What ``train`` runs on CUDA between two checks: forward, L1, backward, the sync-free pruner, fused
+    Adam and the telemetry recorder, with no call that reads device data on the host (CPU stand-in for
+    ``torch.cuda.set_sync_debug_mode("error")``)."""
+    from iss import archs, pruning
+
+    model = archs.build(arch, 2, **TINY_ARCHS[arch])
+    pruner = pruning.build("iss-p", model, 0.9, prune_iters=3, sync_free=True)
+    recorder = pruning.TelemetryRecorder(pruner)
+    trainer = Trainer(model, pruner, TrainConfig(iters=6, prune_iters=3))
+    trainer.optimizer = torch.optim.Adam(model.parameters(), lr=2e-4, fused=True)  # as on CUDA
+    lr, hr = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 32, 32)
+    trainer.step(lr, hr, check=False)  # optimizer state made
+    with NoHostSync():
+        for _ in range(4):  # through the freeze at K_p = 3
+            recorder.record(trainer.step(lr, hr, check=False))
+    assert pruner.stage == "finetune" and len(recorder.flush()) == 4
 
 
 def test_resume_refuses_a_changed_config(stand_ins: dict, tmp_path: Path) -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from common import TINY
+from huggingface_hub import constants
 from PIL import Image
 
 import iss
@@ -178,7 +183,7 @@ def test_estimate_and_time_bound_crop_the_input(tiny_zoo: str, monkeypatch: pyte
         image, "swinir-light", 2, 0.5, ["bicubic", "iht"], zoo_path=tiny_zoo, sparse=False
     )
     assert set(found.seconds) == {"bicubic", "iht"} and found.lr_size == (48, 48) and not found.note
-    assert found.describe(2).startswith("**Expected: about") and "LR 48x48 to 96x96" in found.describe(2)
+    assert found.describe().startswith("**Expected: about") and "LR 48x48 to 96x96" in found.describe()
     monkeypatch.setattr(compare, "MAX_SECONDS", sum(found.seconds.values()) / 4)
     comp = _compare(["bicubic", "iht"], image=image, zoo_path=tiny_zoo)
     assert comp.lr.shape == (24, 24, 3) and comp.hr.shape == (48, 48, 3)  # the central half of each side
@@ -194,3 +199,91 @@ def test_sparse_kernels_are_the_default_where_measured_faster(monkeypatch: pytes
     assert compare.sparse_by_default("edsr-l", "cpu") and not compare.sparse_by_default("edsr-l", "cuda")
     speeds["sparse"] = 5.0
     assert not compare.sparse_by_default("edsr-l", "cpu")
+
+
+METHODS = ("iht", "iss-p", "l1", "scratch")
+
+
+def _hub_zoo(folder: Path, names: list[str]) -> tuple[str, dict[str, bytes]]:
+    """A zoo of tiny x2 checkpoints (methods in ``METHODS`` order), bundled and published at
+    ``iss-sr/zoo@main``; manifest and files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    entries, files = [], {}
+    for i, name in enumerate(names):
+        torch.manual_seed(i)
+        method = METHODS[i]  # one entry per method: the app finds checkpoints by method
+        model = iss.archs.build("swinir-light", 2, **TINY)
+        masks = iss.pruning.build("iht", model, 0.5, prune_iters=0).masks
+        meta = {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY, "method": method, "ratio": 0.5}
+        path = iss.checkpoint.save(model, folder / f"{name}.safetensors", meta, masks)
+        files[path.name] = path.read_bytes()
+        entries.append({
+            "name": name, "arch": "swinir-light", "scale": 2, "method": method, "ratio": 0.5,
+            "file": path.name, "sha256": hashlib.sha256(files[path.name]).hexdigest(),
+            "size_bytes": len(files[path.name]),
+            "hub": {"repo_id": "iss-sr/zoo", "revision": "main", "filename": path.name},
+        })  # fmt: skip
+    (folder / "zoo.json").write_text(json.dumps({"version": 1, "entries": entries}))
+    return str(folder / "zoo.json"), files
+
+
+@pytest.fixture
+def hub_endpoint(isolated_hub: Path, fakehub, monkeypatch: pytest.MonkeyPatch):
+    """The fake Hub as huggingface_hub's default endpoint (what the app uses); fresh zoo caches."""
+    monkeypatch.setattr(constants, "ENDPOINT", fakehub.url)
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", fakehub.url + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    compare.resolved_zoo.cache_clear()
+    compare.load_model.cache_clear()
+    yield fakehub
+    compare.resolved_zoo.cache_clear()
+    compare.load_model.cache_clear()
+
+
+def test_corrupt_hub_copies_fall_back_then_a_healthy_hub_is_used(hub_endpoint, tmp_path: Path) -> None:
+    """Issue 14 item 3 in the Compare tab: bundled copies used and the reason said; next start, the Hub."""
+    zoo_path, files = _hub_zoo(tmp_path / "zoo", ["a_x2_iht_r0.5", "b_x2_iht_r0.5"])
+    for name, data in files.items():
+        hub_endpoint.add_file("iss-sr/zoo", name, data)
+        hub_endpoint.corrupt.add(name)
+    comp = _compare(["iht", "iss-p"], zoo_path=zoo_path)
+    assert set(comp.results) == {"iht", "iss-p"}  # every model available
+    assert comp.message.count("Hub copy refused") == 2 and "bundled copy used" in comp.message
+    assert "/tmp" not in comp.message
+    hub_endpoint.corrupt.clear()
+    compare.resolved_zoo.cache_clear()  # a second start
+    compare.load_model.cache_clear()
+    comp = _compare(["iht"], zoo_path=zoo_path)
+    assert "refused" not in comp.message
+    assert compare.resolved_zoo(zoo_path)["a_x2_iht_r0.5"].source == "hub"
+
+
+def test_a_hanging_hub_costs_the_first_request_one_deadline(
+    hub_endpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17 item 5: all entries wait for the Hub together, within HF_HUB_ETAG_TIMEOUT (here 1 s)."""
+    names = [f"{c}_x2_iht_r0.5" for c in "abcd"]
+    zoo_path, files = _hub_zoo(tmp_path / "zoo", names)
+    for name, data in files.items():
+        hub_endpoint.add_file("iss-sr/zoo", name, data)
+    hub_endpoint.delay = 4.0
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    start = time.perf_counter()
+    found = compare.resolved_zoo(zoo_path)  # what the first request waits for
+    assert time.perf_counter() - start < 2.5  # one at a time: 4 s of waiting (40 s at the default 10 s)
+    assert {f.source for f in found.values()} == {"bundled"}
+    assert set(_compare(METHODS, zoo_path=zoo_path).results) == set(METHODS)
+    n = len(hub_endpoint.requests)
+    _compare(METHODS, zoo_path=zoo_path)
+    assert len(hub_endpoint.requests) == n  # later requests do not ask the Hub at all
+
+
+def test_a_malformed_checkpoint_is_one_unavailable_row(malformed_zoo: str) -> None:
+    """Issue 17 item 2: bicubic and the good checkpoint still run; each bad file gets its reason."""
+    comp = _compare(["bicubic", "iht", "iss-p", "l1"], zoo_path=malformed_zoo)
+    assert set(comp.results) == {"bicubic", "iht"}
+    rows = {r[0]: r[1] for r in comp.rows}
+    assert rows["iss-p"].startswith("unavailable: ") and "torch.int16" in rows["iss-p"]  # int16 mask
+    assert "has no option colour" in rows["l1"]
+    assert "/tmp" not in comp.message and "/tmp" not in str(comp.rows)

@@ -59,3 +59,13 @@ def test_sparsity_view_is_drawn_for_a_checkpoint(tiny_zoo: str) -> None:
     assert {t.type for t in fig.data} == {"heatmap", "bar", "scatter"}
     taps = next(t for t in fig.data if t.type == "heatmap")
     assert np.asarray(taps.z).sum() == pytest.approx(100.0)  # percent of the 3x3 convs' kept weights
+
+
+def test_a_malformed_checkpoint_is_unavailable_with_its_reason_and_no_paths(malformed_zoo: str) -> None:
+    """Issue 17 items 2 and 6: one line naming the entry and the fault; the other entries still show."""
+    with pytest.raises(ValueError, match=r"^int16_x2_iss-p_r0\.5 is unavailable: .*torch\.int16") as err:
+        sparsity.sparsity_view("int16_x2_iss-p_r0.5", None, malformed_zoo)
+    assert "/" not in str(err.value).replace("r0.5", "")
+    assert sparsity.sparsity_view("tiny_x2_iht_r0.5", None, malformed_zoo)[2]
+    entries = [row[0] for row in sparsity.zoo_vs_paper(malformed_zoo) if not row[0].startswith("bicubic")]
+    assert entries == ["tiny_x2_iht_r0.5"]

@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from common import TINY, as_format_1
 from fakehub import FakeHub, cache_put, closed_port_url
 from huggingface_hub import constants, metadata_load
 
+import iss
 from iss import cli, zoo
 
 pytestmark = pytest.mark.usefixtures("isolated_hub")
@@ -148,11 +151,19 @@ def test_offline_without_cache_falls_back_to_bundled_with_a_warning(
     assert "using the bundled copy" in caplog.text and "offline" in caplog.text
 
 
-def test_corrupt_cached_file_is_refused(tmp_path: Path, isolated_hub: Path, offline: None) -> None:
+def test_corrupt_cached_file_is_moved_aside_and_the_bundled_copy_used(
+    tmp_path: Path, isolated_hub: Path, offline: None, caplog: pytest.LogCaptureFixture
+) -> None:
     entry = zoo.load_zoo(make_zoo(tmp_path, {"a": b"good weights!"}))[0]
-    cache_put(isolated_hub, REPO, "a.safetensors", b"evil weights!")  # same size, other bytes
-    with pytest.raises(ValueError, match=r"refusing checkpoint a: sha256 of downloaded from iss-sr/zoo@main"):
-        zoo.resolve(entry)
+    pointer = cache_put(isolated_hub, REPO, "a.safetensors", b"evil weights!")  # same size, other bytes
+    with caplog.at_level(logging.WARNING, logger="iss.zoo"):
+        found = zoo.locate(entry)
+    assert found.source == "bundled" and found.path.read_bytes() == b"good weights!"
+    assert "sha256 of downloaded from iss-sr/zoo@main" in found.refused and "moved it out" in found.refused
+    assert "using the bundled copy" in caplog.text and "tampered" in caplog.text
+    quarantined = tmp_path / "iss-cache" / "quarantine" / "a.safetensors"  # ISS_CACHE_DIR of isolated_hub
+    assert quarantined.read_bytes() == b"evil weights!" and not pointer.exists() and not pointer.is_symlink()
+    assert not list((isolated_hub / "models--iss-sr--zoo" / "blobs").iterdir())
 
 
 def test_tampered_bundled_file_is_refused(tmp_path: Path, offline: None) -> None:
@@ -254,15 +265,51 @@ def test_connection_refused_falls_back_to_bundled(tmp_path: Path) -> None:
     assert found.source == "bundled" and "ConnectError" in found.detail
 
 
-def test_corrupt_download_is_refused(tmp_path: Path, fakehub: FakeHub) -> None:
+def test_corrupt_download_falls_back_then_the_next_start_downloads_again(
+    tmp_path: Path, fakehub: FakeHub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 14 item 3: refused, moved out of the Hub cache, bundled copy used; a healthy Hub is used next."""
     data = b"genuine weights"
     fakehub.add_file(REPO, "a.safetensors", data)
     fakehub.corrupt.add("a.safetensors")
     entry = zoo.load_zoo(make_zoo(tmp_path, {"a": data}))[0]
-    with pytest.raises(
-        ValueError, match=r"refusing checkpoint a: sha256 of downloaded from iss-sr/zoo@main .* corrupt"
-    ):
+    with caplog.at_level(logging.WARNING, logger="iss.zoo"):
+        found = zoo.locate(entry, endpoint=fakehub.url)
+    assert found.source == "bundled" and found.path == entry.bundled
+    assert "corrupt or was tampered with" in found.refused and "using the bundled copy" in caplog.text
+    fakehub.corrupt.clear()  # the Hub is healthy again
+    n = len(fakehub.requests)
+    again = zoo.locate(entry, endpoint=fakehub.url)
+    assert again.source == "hub" and again.path.read_bytes() == data and not again.refused
+    assert [r for r in fakehub.requests[n:] if r[0] == "GET"]  # downloaded afresh, not served from the cache
+
+
+def test_corrupt_download_without_a_bundled_copy_says_both(tmp_path: Path, fakehub: FakeHub) -> None:
+    data = b"genuine weights"
+    fakehub.add_file(REPO, "a.safetensors", data)
+    fakehub.corrupt.add("a.safetensors")
+    entry = zoo.load_zoo(make_zoo(tmp_path, {"a": data}))[0]
+    entry.bundled.unlink()
+    with pytest.raises(FileNotFoundError, match=r"unavailable: sha256 of downloaded .* no bundled copy"):
         zoo.resolve(entry, endpoint=fakehub.url)
+
+
+def test_locate_all_bounds_a_slow_hub_in_total(tmp_path: Path, fakehub: FakeHub) -> None:
+    """Issue 17 item 5: four entries behind a hanging Hub cost one deadline, not four."""
+    files = {name: f"weights {name}".encode() for name in "abcd"}
+    for name, data in files.items():
+        fakehub.add_file(REPO, f"{name}.safetensors", data)
+    entries = zoo.load_zoo(make_zoo(tmp_path, files))
+    entries[3].bundled.unlink()
+    fakehub.delay = 5.0
+    start = time.perf_counter()
+    found = zoo.locate_all(entries, endpoint=fakehub.url, timeout=1.0)
+    assert time.perf_counter() - start < 2.5  # sequential: 4 s of timeouts
+    assert [f.source for f in found[:3]] == ["bundled"] * 3
+    assert all("1 s" in f.detail or "timed out" in f.detail for f in found[:3])
+    assert isinstance(found[3], FileNotFoundError) and "no bundled copy" in str(found[3])
+    fakehub.delay = 0.0
+    assert [f.source for f in zoo.locate_all(entries, endpoint=fakehub.url, timeout=5.0)] == ["hub"] * 4
 
 
 # -------------------------------------------------------------------------------------------- (c) publishing
@@ -391,3 +438,32 @@ def test_zoo_fetch_reports_sources_and_failures(tmp_path: Path, fakehub: FakeHub
 def test_zoo_command_reports_user_errors_in_one_line(tmp_path: Path, capsys) -> None:
     assert cli.main(["zoo", "list", "--manifest", str(tmp_path / "nope.json")]) == 2
     assert capsys.readouterr().err.strip() == f"error: no zoo manifest at {tmp_path / 'nope.json'}"
+
+
+def test_zoo_upgrade_resaves_format_1_files_and_updates_the_manifest(tmp_path: Path, capsys) -> None:
+    """The bundled checkpoints move to format 2 through this command: same weights, new sha256 recorded."""
+    torch.manual_seed(0)
+    model = iss.archs.build("swinir-light", 2, **TINY)
+    meta = {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY, "method": "iht", "ratio": 0.5}
+    path = iss.checkpoint.save(
+        model, tmp_path / "old.safetensors", meta, iss.pruning.build("iht", model, 0.5, prune_iters=0).masks
+    )
+    as_format_1(path)
+    manifest = make_zoo(tmp_path, {"old": path.read_bytes()}, hub_section=False)
+    argv = ["zoo", "upgrade", "--manifest", str(manifest)]
+    assert cli.main(argv) == 0 and "upgraded old" in capsys.readouterr().out
+    entry = zoo.load_zoo(manifest)[0]
+    zoo.verify(entry.bundled, entry)  # the manifest records the new bytes
+    loaded, _ = iss.checkpoint.load(entry.bundled)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    assert cli.main(argv) == 0 and "every bundled checkpoint is current" in capsys.readouterr().out
+    entry.bundled.write_bytes(entry.bundled.read_bytes()[:-1] + b"x")  # only the published bytes upgrade
+    assert cli.main(argv) == 2 and "refusing checkpoint old" in capsys.readouterr().err
+
+
+def test_markdown_table_shows_budget_bicubic_and_paper() -> None:
+    table = zoo.markdown_table(zoo.load_zoo())
+    assert "**swinir-light x4, ratio 0.95**" in table
+    assert "| bicubic | 28.43/0.8111 |" in table
+    assert "| paper iss-p (table 2) | 31.16/0.8775 |" in table
+    assert "1,600 it (K_p 800), batch 4, patch 16; cpu" in table

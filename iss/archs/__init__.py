@@ -11,6 +11,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, get_type_hints
 
 import torch
 from torch import Tensor, nn
@@ -18,7 +19,7 @@ from torch import Tensor, nn
 from ..registry import ARCHS
 from . import cat, edsr, swinir  # noqa: F401  (importing registers the architectures)
 
-__all__ = ["build", "list_archs", "load_official"]
+__all__ = ["build", "check_overrides", "list_archs", "load_official"]
 
 # Foreign key layouts are mapped in one function per family (timm's checkpoint_filter_fn); families whose
 # official files already use our names are absent.
@@ -38,6 +39,20 @@ def build(name: str, scale: int, **overrides) -> nn.Module:
     Unknown names raise KeyError, unsupported scales ValueError, unknown overrides TypeError.
     """
     return ARCHS.get(name)(scale=scale, **overrides)
+
+
+def check_overrides(name: str, overrides: Any) -> None:
+    """Raise ``ValueError`` unless ``overrides`` only set options architecture ``name`` declares (its class's
+    ``OPTIONS``), each of the right type and in its sane range: what a checkpoint's metadata is checked with
+    before anything is built. Unknown names raise ``KeyError``."""
+    options = get_type_hints(ARCHS.get(name))["return"].OPTIONS  # builders return their family's class
+    if not isinstance(overrides, dict):
+        raise ValueError(f"{name} options must be a JSON object, got {overrides!r:.60}")
+    unknown = sorted(set(overrides) - set(options))
+    if unknown:
+        raise ValueError(f"{name} has no option {', '.join(unknown)}; it takes {', '.join(options)}")
+    for key, value in overrides.items():
+        options[key].check(key, value)
 
 
 def load_official(model: nn.Module, path: str | Path) -> nn.Module:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +24,7 @@ from .common import (
     RGB_MEAN,
     DropPath,
     Mlp,
+    Option,
     Upsample,
     check_scale,
     drop_path_rates,
@@ -194,6 +196,14 @@ class CAT(nn.Module):
 
     Takes float NCHW RGB in [0, 1] of any size, returns (B, 3, scale*H, scale*W), not clamped.
     """
+
+    OPTIONS: ClassVar[dict[str, Option]] = {  # what a checkpoint may override (iss.archs.check_overrides)
+        "img_size": Option(int, 16, 64), "embed_dim": Option(int, 1, 240),
+        "depth": Option(int, 1, 6, max_len=6), "num_heads": Option(int, 1, 16, max_len=6),
+        "split_size_0": Option(int, 1, 8, max_len=6), "split_size_1": Option(int, 1, 32, max_len=6),
+        "mlp_ratio": Option(float, 0.25, 4), "qkv_bias": Option(bool), "img_range": Option(float, 1e-3, 255),
+        "drop_path_rate": Option(float, 0, 1),
+    }  # fmt: skip
 
     def __init__(
         self,

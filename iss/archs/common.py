@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +18,30 @@ from torch import Tensor, nn
 
 RGB_MEAN = (0.4488, 0.4371, 0.4040)  # DIV2K mean used by EDSR, SwinIR and CAT
 SCALES = (2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A constructor argument that a checkpoint's ``arch_kwargs`` may set: its type and sane range.
+
+    ``max_len`` > 0 makes it a sequence of 1 to ``max_len`` such values. The ranges of a family are chosen so
+    that no combination builds a model of more than a few hundred MB (tested on the meta device).
+    """
+
+    kind: type  # int, float or bool
+    low: float = 0.0
+    high: float = 0.0
+    max_len: int = 0
+
+    def check(self, name: str, value: Any) -> None:
+        """Raise ``ValueError`` naming ``name`` unless ``value`` has this option's type and range."""
+        if self.max_len and not (isinstance(value, list | tuple) and 1 <= len(value) <= self.max_len):
+            raise ValueError(f"{name} must be a list of 1 to {self.max_len} values, got {value!r:.60}")
+        for item in value if self.max_len else [value]:
+            if isinstance(item, bool) != (self.kind is bool) or not isinstance(item, self.kind | int):
+                raise ValueError(f"{name} must be {self.kind.__name__}, got {item!r:.60}")
+            if self.kind is not bool and not self.low <= item <= self.high:
+                raise ValueError(f"{name} = {item!r} is outside its sane range [{self.low:g}, {self.high:g}]")
 
 
 def check_scale(scale: int) -> int:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..registry import ARCHS
-from .common import RGB_MEAN, Upsample, check_scale
+from .common import RGB_MEAN, Option, Upsample, check_scale
 
 __all__ = ["EDSR", "checkpoint_filter_fn", "edsr_baseline", "edsr_l"]
 
@@ -49,6 +50,10 @@ class EDSR(nn.Module):
     """
 
     prefers_channels_last = True  # all convs: cuDNN's NHWC kernels are faster (``iss.train`` on CUDA)
+    OPTIONS: ClassVar[dict[str, Option]] = {  # what a checkpoint may override (iss.archs.check_overrides)
+        "num_feat": Option(int, 1, 256), "num_block": Option(int, 1, 64), "res_scale": Option(float, 0, 10),
+        "img_range": Option(float, 1e-3, 255), "rgb_mean": Option(float, 0, 1, max_len=3),
+    }  # fmt: skip
 
     def __init__(
         self,

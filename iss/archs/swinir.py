@@ -11,6 +11,7 @@ the official configs and are left out, stochastic depth is kept.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +21,7 @@ from .common import (
     RGB_MEAN,
     DropPath,
     Mlp,
+    Option,
     check_scale,
     drop_path_rates,
     init_transformer_weights,
@@ -184,6 +186,13 @@ class SwinIR(nn.Module):
 
     Takes float NCHW RGB in [0, 1] of any size, returns (B, 3, scale*H, scale*W), not clamped.
     """
+
+    OPTIONS: ClassVar[dict[str, Option]] = {  # what a checkpoint may override (iss.archs.check_overrides)
+        "img_size": Option(int, 8, 64), "window_size": Option(int, 2, 16),
+        "img_range": Option(float, 1e-3, 255), "depths": Option(int, 1, 6, max_len=8),
+        "embed_dim": Option(int, 1, 240), "num_heads": Option(int, 1, 16, max_len=8),
+        "mlp_ratio": Option(float, 0.25, 4), "qkv_bias": Option(bool), "drop_path_rate": Option(float, 0, 1),
+    }  # fmt: skip
 
     def __init__(
         self,

@@ -14,7 +14,10 @@ Methods (``list_methods()``, options with defaults: ``options(method)``):
 * ``iss-r``, ``srp``, ``assl``: growing L2 schedules (``iss.pruning.schedule``): give ``prune_iters`` to fit
   the official schedule's proportions into a short budget, or nothing for the official lengths.
 
-Every method accepts ``include``/``exclude`` (fnmatch globs), ``nm="N:M"`` and ``window``.
+Every method accepts ``include``/``exclude`` (fnmatch globs), ``nm="N:M"``, ``window`` and ``sync_free``
+(default: on for CUDA weights; ``before_step``/``step`` then never make the host wait for the GPU, with
+bit-identical results). A GPU training loop reads telemetry through ``TelemetryRecorder`` (one host copy
+every N iterations) instead of callbacks (one per iteration).
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from torch import nn
 from ..registry import PRUNERS
 from . import assl, iht, iss_p, iss_r, l1, scratch, srp  # noqa: F401  (registration)
 from .base import Pruner
-from .telemetry import StepStats
+from .telemetry import StepStats, TelemetryRecorder
 
 _PAPER_ORDER = ("scratch", "l1", "iht", "iss-r", "iss-p", "srp", "assl")
-__all__ = ["Pruner", "StepStats", "build", "list_methods", "options"]
+__all__ = ["Pruner", "StepStats", "TelemetryRecorder", "build", "list_methods", "options"]
 
 
 def list_methods() -> list[str]:

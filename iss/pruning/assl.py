@@ -60,6 +60,7 @@ class ASSL(GrowingL2):
         exclude: Sequence[str] | None = None,
         nm: str | None = None,
         window: int = 100,
+        sync_free: bool | None = None,
     ) -> None:
         if lw_spr < 0 or temperature <= 0:
             raise ValueError(f"need lw_spr >= 0 and temperature > 0, got {lw_spr} and {temperature}")
@@ -72,13 +73,14 @@ class ASSL(GrowingL2):
             official_stabilize=STABILIZE_ITERS, official_ssa=SSA_ITERS,
         )  # fmt: skip
         super().__init__(
-            model, ratio, schedule=schedule, include=include, exclude=exclude, nm=nm, window=window
-        )
+            model, ratio, schedule=schedule, include=include, exclude=exclude, nm=nm, window=window,
+            sync_free=sync_free,
+        )  # fmt: skip
 
     def _setup(self) -> None:
         super()._setup()
         self._constrained = []  # per group: (layers, 1) bool
-        self._aligned = []  # per group: row-index tensors of same-shape constrained layers (2 or more)
+        self._aligned = []  # per group: (row-index tensor, rows) of same-shape constrained layers (2 or more)
         for g in self._groups:
             flags = [
                 self.constrain is None or any(fnmatchcase(n, p) for p in self.constrain) for n in g.names
@@ -88,7 +90,7 @@ class ASSL(GrowingL2):
             for row, (flag, module) in enumerate(zip(flags, g.modules, strict=True)):
                 if flag:
                     by_shape.setdefault(tuple(module.weight.shape), []).append(row)
-            rows = [torch.tensor(r, device=g.kept.device) for r in by_shape.values() if len(r) > 1]
+            rows = [(torch.tensor(r, device=g.kept.device), r) for r in by_shape.values() if len(r) > 1]
             self._aligned.append(rows)
 
     def _regularize(self) -> None:
@@ -112,13 +114,13 @@ class ASSL(GrowingL2):
             if not groups or g.tau is None:
                 continue
             soft, scale = self._soft_masks(g)
-            for rows in groups:
-                s = soft[rows]
+            for index, rows in groups:
+                s = soft.index_select(0, index)
                 n_layers = len(rows)
                 pairs = n_layers * (n_layers - 1) / 2
                 d_soft = (n_layers * s - s.sum(0, keepdim=True)) * (2 / (pairs * g.n))
-                d_mag = d_soft * s * (1 - s) / scale[rows]
-                for row, d in zip(rows.tolist(), d_mag, strict=True):
+                d_mag = d_soft * s * (1 - s) / scale.index_select(0, index)
+                for row, d in zip(rows, d_mag, strict=True):
                     w = g.params[row]
                     if w.grad is not None:
                         w.grad.add_((d.view(w.shape) * w.detach().sign()), alpha=self.lw_spr)
@@ -130,8 +132,8 @@ class ASSL(GrowingL2):
         for g, groups in zip(self._groups, self._aligned, strict=True):
             if groups and g.tau is not None:
                 soft, _ = self._soft_masks(g)
-                for rows in groups:
-                    s = soft[rows]
+                for index, rows in groups:
+                    s = soft.index_select(0, index)
                     diff = (s.unsqueeze(0) - s.unsqueeze(1)).pow(2).mean(-1)
                     total += float(diff.sum() / (len(rows) * (len(rows) - 1)))
         return total

@@ -18,9 +18,17 @@ figure draws the mask before the forward; the two differ only at the first itera
 Selection is exact and on the weights' device: in every pruned layer exactly ``ceil(ratio * n)`` weights of
 smallest ``|w|`` are unimportant (ties broken towards the lower flat index), computed with torch, never
 sampled and never copied to the CPU. Layers with the same number of weights are stacked and handled by one
-batched op. Each step compares ``|w| > tau`` (tau from the last selection) word-wise with the mask; only the
-layers whose selection changed are selected again, where a small top-k repairs tau (a batched ``kthvalue``
-only as a fallback). So a step costs a few elementwise passes (see ``Pruner._reselect``, ``select_smallest``).
+batched op. Two modes give bit-identical masks, weights and telemetry (``sync_free``; the default is chosen
+by the weights' device):
+
+* fast path (CPU): each step compares ``|w| > tau`` (tau from the last selection) word-wise with the mask;
+  only the layers whose selection changed are selected again, where a small top-k repairs tau (a batched
+  ``kthvalue`` only as a fallback). A step costs a few elementwise passes, but deciding what to skip reads
+  device values on the host (``nonzero``, ``int``, ``bool``);
+* sync-free (CUDA): every layer is selected every step with fixed-shape ops (a batched ``kthvalue``, ties
+  by a cumulative sum, masks and the shrink scale by ``torch.where``), so ``before_step()``/``step()`` only
+  queue work and the host never waits for the GPU. On the CPU, where nothing is waited for, that costs 4x
+  (SwinIR-light) to 14x (EDSR-L) the fast path's pruning step (``benchmarks/pruning_overhead.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .telemetry import DriftTracker, StepStats, grad_moments, grad_sums
+from .telemetry import DeviceStats, DriftTracker, StepStats, grad_moments, grad_sums
 
 LEARNABLE = (nn.Conv2d, nn.Linear)
 STAGES = ("prune", "finetune")
@@ -108,25 +116,24 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
     """The ``k`` smallest entries of each row of ``a`` (rows, n): a bool mask and a threshold per row.
 
     The set is canonical: the k smallest values, ties at the k-th value resolved towards the lower index.
-    ``hint`` (rows, 1) is a previous threshold: when ``count(a <= hint) == k`` the set is already exact;
-    when it is off by a few, a small top-k inside the too-big or too-small side finds the k-th value;
-    otherwise (or without a hint) one batched ``kthvalue``. Every path gives the same set.
+    Without ``hint``: one batched ``kthvalue`` and fixed-shape ops (no host sync). ``hint`` (rows, 1) is a
+    previous threshold (this path reads device values on the host): when ``count(a <= hint) == k`` the set
+    is already exact; when it is off by a few, a small top-k inside the too-big or too-small side finds the
+    k-th value; otherwise ``kthvalue``. Every path gives the same set.
     """
-    if hint is not None:
-        below = a <= hint
-        miss = count_true(below) - k
-        worst = int(miss.abs().max())
-        if worst == 0:
-            return below, hint
-        if worst <= max(_HINT_REPAIR_LIMIT, a.shape[1] // 256):
-            tau = _repair_threshold(a, below, miss, worst, hint)
-        else:
-            tau = a.kthvalue(k, dim=1, keepdim=True).values
-    else:
+    if hint is None:
         tau = a.kthvalue(k, dim=1, keepdim=True).values
+        return _break_ties(a, tau, k), tau
+    below = a <= hint
+    miss = count_true(below) - k
+    worst = int(miss.abs().max())
+    if worst == 0:
+        return below, hint
+    if worst > max(_HINT_REPAIR_LIMIT, a.shape[1] // 256):
+        return select_smallest(a, k)
+    tau = _repair_threshold(a, below, miss, worst, hint)
     below = a <= tau
-    counts = count_true(below)
-    if bool((counts != k).any()):
+    if bool((count_true(below) != k).any()):
         below = _break_ties(a, tau, k)
     return below, tau
 
@@ -150,7 +157,7 @@ def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
     less = a < tau
     equal = a == tau
     need = k - count_true(less)
-    return less | (equal & (equal.cumsum(1) <= need))
+    return less | (equal & (equal.cumsum(1, dtype=torch.int32) <= need))
 
 
 def gap_threshold(a: Tensor, below: Tensor, shrink: float = 1.0) -> Tensor:
@@ -164,13 +171,23 @@ def gap_threshold(a: Tensor, below: Tensor, shrink: float = 1.0) -> Tensor:
     return (shrink * largest_below + smallest_kept) / 2
 
 
-def differing_rows(x: Tensor, y: Tensor) -> Tensor:
-    """Indices of the rows where two (rows, n) bool tensors differ, compared as machine words."""
-    n = x.shape[1]
+def as_words(mask: Tensor) -> Tensor:
+    """A bool tensor viewed as the widest integers dividing its last dimension (compares ~10x faster)."""
+    n = mask.shape[-1]
     word = next(
         d for b, d in ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8)) if n % b == 0
     )
-    return (x.view(word) != y.view(word)).any(1).nonzero().squeeze(1)
+    return mask.view(word)
+
+
+def differing_rows(x: Tensor, y: Tensor) -> Tensor:
+    """(rows, 1) bool: where two (rows, n) bool tensors differ, compared as machine words."""
+    return (as_words(x) != as_words(y)).any(1, keepdim=True)
+
+
+def same_mask(x: Tensor, y: Tensor) -> bool:
+    """Whether two bool tensors of one shape are equal (compared as machine words; a host sync)."""
+    return torch.equal(as_words(x.reshape(-1)), as_words(y.reshape(-1)))
 
 
 def select_nm(a: Tensor, n_small: int, m: int) -> Tensor:
@@ -193,9 +210,13 @@ class LayerGroup:
     tau: Tensor | None = None  # (layers, 1) threshold hint from the last selection
     hard: list[Tensor] | None = None  # float 0/1 masks shaped like the weights, once frozen
     grad_sums: Tensor | None = None  # (layers, 3) from the last before_step
-    scale_ready: bool = False  # the "scale" buffer holds the shrink factors of the selection...
-    stale: Tensor | None = None  # ...except for these rows (layers), whose selection changed since
+    scale_ready: bool = False  # the "scale" buffer holds the shrink factors of the current selection
     _buffers: dict[str, tuple[Tensor, list[Tensor]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def rows(self) -> Tensor:
+        """``arange(layers)`` on the device: every row, as an index."""
+        return torch.arange(len(self.names), device=self.kept.device)
 
     def shaped(self, t: Tensor) -> list[Tensor]:
         """Rows of a (layers, n) tensor as views shaped like the layers' weights (for ``_foreach`` ops)."""
@@ -248,6 +269,8 @@ class Pruner:
         exclude: fnmatch globs of layers left dense.
         nm: ``"N:M"``: the N smallest of each M consecutive weights (flattened) are unimportant.
         window: iterations back for ``distance_window_permille``.
+        sync_free: ``before_step()``/``step()`` never wait for the device (see the module docstring);
+            ``None``: on when the weights are on CUDA. Results are identical either way.
     """
 
     method: ClassVar[str] = ""
@@ -265,6 +288,7 @@ class Pruner:
         exclude: Sequence[str] | None = None,
         nm: str | None = None,
         window: int = 100,
+        sync_free: bool | None = None,
     ) -> None:
         self.ratio = check_ratio(ratio)
         if isinstance(prune_iters, bool) or not isinstance(prune_iters, int) or prune_iters < 0:
@@ -275,10 +299,12 @@ class Pruner:
         self.stage = "prune"
         self._callbacks: list[Callable[[StepStats], Any]] = []
         self._groups, self._order = self._make_groups(find_layers(model, include, exclude))
+        device = self._groups[0].kept.device
+        self.sync_free = device.type == "cuda" if sync_free is None else bool(sync_free)
         offsets = [0]
         for g in self._groups:
             offsets.append(offsets[-1] + len(g.names))
-        self._model_order = torch.tensor([offsets[gi] + ri for _, (gi, ri) in self._order])
+        self._model_order = torch.tensor([offsets[gi] + ri for _, (gi, ri) in self._order], device=device)
         self._layer_sizes = [self._groups[gi].n for _, (gi, _) in self._order]
         self._kept_ratio = {
             name: 1.0 - self._groups[gi].k / self._groups[gi].n for name, (gi, _) in self._order
@@ -343,10 +369,45 @@ class Pruner:
 
     @property
     def stats(self) -> StepStats:
-        """Telemetry of the last iteration (built on demand: Python floats are made only here)."""
+        """Telemetry of the last iteration (built on demand; reads device values: a host sync)."""
         if self._stats is None:
-            self._stats = self._build_stats()
+            record = self.telemetry()
+            self._stats = self.step_stats(record, record.values.tolist())
         return self._stats
+
+    def telemetry(self) -> DeviceStats:
+        """Telemetry of the last iteration as one device tensor, without host sync (``TelemetryRecorder``)."""
+        blocks = []
+        for g, flips in zip(self._groups, self._tracker.last_flips, strict=True):
+            if self._stats_have_grads:
+                moments = grad_moments(g.grad_sums, g.n)
+            else:
+                moments = torch.full((len(flips), 3), math.nan, dtype=torch.float64, device=flips.device)
+            blocks.append(torch.cat((flips.double().unsqueeze(1), moments), 1))
+        table = torch.cat(blocks).index_select(0, self._model_order)
+        values = torch.cat((table.T.reshape(-1), self._tracker.counts().double()))
+        return DeviceStats(self.iteration, self.stage, self._stats_have_grads, values)
+
+    def step_stats(self, record: DeviceStats, values: Sequence[float]) -> StepStats:
+        """``StepStats`` of a ``telemetry()`` record whose ``values`` were copied to the host."""
+        names, sizes = self.layer_names, self._layer_sizes
+        n, total = len(names), sum(sizes)
+        flips, counts = values[:n], values[4 * n :]
+        grads = [dict(zip(names, values[i * n : (i + 1) * n], strict=True)) for i in (1, 2, 3)]
+        grads = grads if record.have_grads else [{}, {}, {}]
+        return StepStats(
+            iteration=record.iteration,
+            stage=record.stage,
+            flips={name: int(f) for name, f in zip(names, flips, strict=True)},
+            flips_permille={name: 1000.0 * f / s for name, f, s in zip(names, flips, sizes, strict=True)},
+            grad_norm=grads[0],
+            grad_var=grads[1],
+            grad_var_signed=grads[2],
+            kept=dict(self._kept_ratio),
+            flips_permille_total=1000.0 * counts[0] / total,
+            distance_first_permille=1000.0 * counts[1] / total,
+            distance_window_permille=1000.0 * counts[2] / total,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """All that exact resume needs, as tensors and plain types (``torch.load(weights_only=True)``)."""
@@ -388,13 +449,13 @@ class Pruner:
             g.tau = (
                 tau.to(g.kept.device).clone() if tau.numel() else None
             )  # the hint: same code path after resume
-            g.hard = g.stale = None
+            g.hard = None
             g.scale_ready = False
         self.iteration = int(state["iteration"])
         self.stage = state["stage"]
         if self.stage == "finetune":
             self._make_hard()
-        self._tracker.load_state_dict(state["tracker"], [g.kept for g in self._groups])
+        self._tracker.load_state_dict(state["tracker"])
         self._load_extra_state(state["extra"])
         self._stats = None
 
@@ -420,29 +481,38 @@ class Pruner:
 
     # ----- helpers for methods -----
     def _select(self, g: LayerGroup, a: Tensor | None = None) -> Tensor:
-        """Unimportant-mask (layers, n) of a group from |w| (``a`` if given); updates the threshold hint."""
+        """Unimportant-mask (layers, n) of a group from |w| (``a`` if given), with no host sync.
+
+        Updates the threshold hint as the fast path does: only in the rows whose kept-mask it no longer
+        separates (ASSL's soft masks and resumed runs read it, so both modes must agree on it).
+        """
         a = g.magnitudes() if a is None else a
         if self.nm is not None:
             return select_nm(a, *self.nm)
-        below, _ = select_smallest(a, g.k, g.tau)
-        g.tau = gap_threshold(a, below, self._shrink_factor)
+        below, _ = select_smallest(a, g.k)
+        gap = gap_threshold(a, below, self._shrink_factor)
+        if g.tau is None:
+            g.tau = gap
+        else:
+            moved = differing_rows(torch.gt(a, g.tau, out=g.buffer("kept", torch.bool)), g.kept)
+            g.tau = torch.where(moved, gap, g.tau)
         return below
 
     def _reselect(self, fixed_rows: list[Tensor] | None = None) -> None:
         """Re-pick unimportant weights by |w| (rows flagged in ``fixed_rows`` keep theirs); count flips.
 
-        Fast path: ``|w| > tau`` (tau from the last selection) is compared word-wise with the kept-mask;
-        only layers (rows) where it differs are selected again. A row where it still matches is exact: its
-        old mask has ``n - k`` entries above tau and the rest at or below, so the k smallest are those.
+        Sync-free mode selects every row. The fast path compares ``|w| > tau`` (tau from the last
+        selection) word-wise with the kept-mask and selects again only the layers (rows) where it differs,
+        skipping unchanged groups: a row where it still matches is exact, since its old mask has ``n - k``
+        entries above tau and the rest at or below, so the k smallest are those.
         """
         for i, g in enumerate(self._groups):
             a = g.magnitudes()
-            if self.nm is not None or g.tau is None:
-                rows = torch.arange(len(g.names), device=a.device)
-                kept = ~self._select(g, a)
+            if self.sync_free or self.nm is not None or g.tau is None:
+                rows, kept = g.rows, ~self._select(g, a)
             else:
                 candidate = torch.gt(a, g.tau, out=g.buffer("kept", torch.bool))
-                rows = differing_rows(candidate, g.kept)
+                rows = differing_rows(candidate, g.kept).nonzero()[:, 0]
                 if rows.numel() == 0:
                     continue
                 sub = a.index_select(0, rows)
@@ -452,9 +522,11 @@ class Pruner:
             old = g.kept.index_select(0, rows)
             if fixed_rows is not None:
                 kept = torch.where(fixed_rows[i].index_select(0, rows), old, kept)
-            if self._tracker.record(i, rows, old, kept):
-                g.kept.index_copy_(0, rows, kept)
-                g.stale = rows if g.stale is None else torch.cat((g.stale, rows))
+            if not self.sync_free and same_mask(old, kept):
+                continue
+            self._tracker.record(i, rows, old, kept)
+            g.kept.index_copy_(0, rows, kept)
+            g.scale_ready = False
 
     def _shrink(self, alpha: float) -> None:
         """Multiply the unimportant weights by ``alpha`` in place (0 = hard thresholding)."""
@@ -462,10 +534,7 @@ class Pruner:
             scale, views = g.slot("scale", g.params[0].dtype)
             if not g.scale_ready:
                 scale.fill_(alpha).masked_fill_(g.kept, 1.0)
-            elif g.stale is not None:
-                factors = torch.where(g.kept.index_select(0, g.stale), 1.0, alpha).to(scale.dtype)
-                scale.index_copy_(0, g.stale, factors)
-            g.scale_ready, g.stale = True, None
+                g.scale_ready = True
             torch._foreach_mul_(g.params, views)
 
     def _freeze(self) -> None:
@@ -478,7 +547,7 @@ class Pruner:
         for g in self._groups:
             g.hard = g.shaped(g.kept.to(g.params[0].dtype))
             g.release("scale")
-            g.scale_ready, g.stale = False, None
+            g.scale_ready = False
 
     def _apply_hard_mask(self) -> None:
         for g in self._groups:
@@ -512,39 +581,3 @@ class Pruner:
             w = g.modules[0].weight
             g.kept = torch.ones(len(g.modules), g.n, dtype=torch.bool, device=w.device)
         return groups, order
-
-    def _build_stats(self) -> StepStats:
-        """One tensor of per-layer numbers in model order, one ``tolist``: cheap enough for every step."""
-        names = self.layer_names
-        per_group = []
-        for g, flips in zip(self._groups, self._tracker.last_flips, strict=True):
-            parts = [flips.double().unsqueeze(1)]
-            if self._stats_have_grads:
-                parts.append(grad_moments(g.grad_sums, g.n))
-            per_group.append(torch.cat(parts, 1) if len(parts) > 1 else parts[0])
-        table = torch.cat(per_group).index_select(0, self._model_order.to(per_group[0].device)).T.tolist()
-        counts = torch.stack(
-            [
-                torch.stack([f.sum() for f in self._tracker.last_flips]).sum(),
-                torch.stack([d.sum() for d in self._tracker.dist_first]).sum(),
-                torch.stack(self._tracker.dist_window).sum(),
-            ]
-        ).tolist()
-        sizes = self._layer_sizes
-        total = sum(sizes)
-        grads = (
-            [dict(zip(names, col, strict=True)) for col in table[1:]] if self._stats_have_grads else [{}] * 3
-        )
-        return StepStats(
-            iteration=self.iteration,
-            stage=self.stage,
-            flips={name: int(f) for name, f in zip(names, table[0], strict=True)},
-            flips_permille={name: 1000.0 * f / n for name, f, n in zip(names, table[0], sizes, strict=True)},
-            grad_norm=grads[0],
-            grad_var=grads[1],
-            grad_var_signed=grads[2],
-            kept=dict(self._kept_ratio),
-            flips_permille_total=1000.0 * counts[0] / total,
-            distance_first_permille=1000.0 * counts[1] / total,
-            distance_window_permille=1000.0 * counts[2] / total,
-        )

@@ -31,8 +31,9 @@ class IHT(ISSP):
         exclude: Sequence[str] | None = None,
         nm: str | None = None,
         window: int = 100,
+        sync_free: bool | None = None,
     ) -> None:
         super().__init__(
             model, ratio, alpha=0.0, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm,
-            window=window,
+            window=window, sync_free=sync_free,
         )  # fmt: skip

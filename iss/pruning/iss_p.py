@@ -36,6 +36,7 @@ class ISSP(Pruner):
         exclude: Sequence[str] | None = None,
         nm: str | None = None,
         window: int = 100,
+        sync_free: bool | None = None,
     ) -> None:
         if not 0.0 <= alpha < 1.0:
             raise ValueError(
@@ -43,8 +44,9 @@ class ISSP(Pruner):
             )
         self.alpha = self._shrink_factor = float(alpha)
         super().__init__(
-            model, ratio, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm, window=window
-        )
+            model, ratio, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm, window=window,
+            sync_free=sync_free,
+        )  # fmt: skip
 
     def _prune_step(self) -> None:
         self._reselect()

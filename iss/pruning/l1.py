@@ -30,5 +30,9 @@ class L1(Pruner):
         exclude: Sequence[str] | None = None,
         nm: str | None = None,
         window: int = 100,
+        sync_free: bool | None = None,
     ) -> None:
-        super().__init__(model, ratio, prune_iters=0, include=include, exclude=exclude, nm=nm, window=window)
+        super().__init__(
+            model, ratio, prune_iters=0, include=include, exclude=exclude, nm=nm, window=window,
+            sync_free=sync_free,
+        )  # fmt: skip

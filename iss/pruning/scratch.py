@@ -34,9 +34,13 @@ class Scratch(Pruner):
         exclude: Sequence[str] | None = None,
         nm: str | None = None,
         window: int = 100,
+        sync_free: bool | None = None,
     ) -> None:
         self.seed = seed
-        super().__init__(model, ratio, prune_iters=0, include=include, exclude=exclude, nm=nm, window=window)
+        super().__init__(
+            model, ratio, prune_iters=0, include=include, exclude=exclude, nm=nm, window=window,
+            sync_free=sync_free,
+        )  # fmt: skip
 
     def _initial_selection(self) -> list[Tensor]:
         gen = torch.Generator().manual_seed(self.seed)

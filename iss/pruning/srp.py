@@ -39,14 +39,16 @@ class SRP(GrowingL2):
         exclude: Sequence[str] | None = None,
         nm: str | None = None,
         window: int = 100,
+        sync_free: bool | None = None,
     ) -> None:
         schedule = growth_schedule(
             prune_iters, delta=delta, eta_interval=eta_interval, eta_max=eta_max,
             stabilize_iters=stabilize_iters, official_stabilize=STABILIZE_ITERS,
         )  # fmt: skip
         super().__init__(
-            model, ratio, schedule=schedule, include=include, exclude=exclude, nm=nm, window=window
-        )
+            model, ratio, schedule=schedule, include=include, exclude=exclude, nm=nm, window=window,
+            sync_free=sync_free,
+        )  # fmt: skip
 
     def _regularize(self) -> None:
         if self.schedule.grows_at(self.iteration):

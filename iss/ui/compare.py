@@ -40,6 +40,12 @@ MODE_LR = "LR image: upscale it"
 MODES = (MODE_HR, MODE_LR)
 SCALES = (2, 3, 4)
 MAX_SIDE = {MODE_HR: 1024, MODE_LR: 512}  # input size caps (longest side), CPU-friendly
+MAX_PIXELS = 50_000_000  # larger inputs are refused from their header: decoding stays within ~300 MB
+MAX_UPLOAD_MB = 50  # the app's upload limit (Gradio refuses bigger files before they reach us)
+INPUT_POLICY = (
+    f"Upload a PNG, JPEG, WebP, BMP, TIFF or PPM image of at most {MAX_PIXELS // 1_000_000} megapixels "
+    f"and {MAX_UPLOAD_MB} MB."
+)
 TILE_ABOVE = 192  # LR inputs larger than this (either side) are upscaled in overlapping tiles
 TILE = 128
 URBAN100_CROPS = {
@@ -49,6 +55,7 @@ URBAN100_CROPS = {
     "img_092": (300, 250),
 }  # x0, y0
 URBAN100_CROP_SIZE = 240
+_FOLDERS = re.compile(r"(?<![\w:/.~])(?:~|\.{1,2})?/(?:[^\s/'\"]+/)+(?=[^\s/'\"])")  # a path's folders
 TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "file size", "time (s)"]
 MAX_SECONDS = 60.0  # expected time of one comparison; larger inputs are cropped to their centre to fit
 ZOOM_NOTE = (
@@ -155,13 +162,27 @@ def availability(arch: str, scale: int, zoo_path: str | None = None) -> str:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def resolved_zoo(zoo_path: str | None = None) -> dict[str, Any]:
+    """Every zoo entry's verified local file (``iss.zoo.Resolved``) or the error saying why there is none.
+
+    Resolved once per process, all entries at once within one Hub deadline (``iss.zoo.locate_all``), so a
+    slow or failing Hub costs the first request at most that long, and no later request anything.
+    """
+    entries = zoo(zoo_path)
+    return dict(zip((e.name for e in entries), iss.zoo.locate_all(entries), strict=True))
+
+
 @functools.lru_cache(maxsize=16)
 def load_model(
     name: str, device: str = "cpu", sparse: bool = False, zoo_path: str | None = None
 ) -> tuple[nn.Module, dict]:
     """Load (Hub or bundled, sha256-checked) zoo entry ``name``, cached per (name, device, sparse)."""
-    entry = zoo_entry(name, zoo_path)
-    path = iss.zoo.resolve(entry)
+    zoo_entry(name, zoo_path)  # KeyError listing the names for an unknown one
+    found = resolved_zoo(zoo_path)[name]
+    if isinstance(found, Exception):
+        raise found.with_traceback(None)
+    path = found.path
     model, meta = iss.checkpoint.load(path, device=device)
     model.eval()
     kept, total = kept_weights(model)  # before sparsify: converted layers no longer hold a dense weight
@@ -204,33 +225,81 @@ class Comparison:
 
 
 def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.ndarray | None, str]:
-    """Turn the uploaded image into (LR, HR or None, message): RGB uint8, capped, downscaled in HR mode."""
+    """Turn the input (an image file's path, a PIL image or an array) into (LR, HR or None, message).
+
+    Files are decoded by ``iss.data.decode_image`` within ``MAX_PIXELS`` and shrunk to the mode's cap while
+    decoding; the result is RGB uint8, downscaled with MATLAB bicubic to the LR in HR mode.
+    """
     if image is None:
         raise ValueError("upload an image or pick an example first")
     if mode not in MODES:
         raise ValueError(f"unknown input mode {mode!r}; choose one of: {', '.join(MODES)}")
-    if int(scale) not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale}")
-    img = iss.data.to_rgb_uint8(image)
-    notes = []
-    if isinstance(image, Image.Image) and image.mode not in ("RGB",):
-        notes.append(f"input mode {image.mode} converted to 8-bit RGB (alpha composited on white)")
     cap = MAX_SIDE[mode]
-    h, w = img.shape[:2]
-    if max(h, w) > cap:
-        factor = cap / max(h, w)
-        img = iss.imresize(img, factor)
+    img, (w, h), source_mode = _decode(image, cap)
+    notes = []
+    if source_mode != "RGB":
+        notes.append(f"input mode {source_mode} converted to 8-bit RGB (alpha composited on white)")
+    if max(w, h) > cap:
         notes.append(
-            f"input {w}x{h} is above the {cap}px cap for this mode: downscaled (MATLAB bicubic) to "
+            f"input {w}x{h} is above the {cap}px cap for this mode: downscaled (bicubic, antialiased) to "
             f"{img.shape[1]}x{img.shape[0]}"
         )
     if mode == MODE_LR:
         return img, None, "; ".join(notes)
-    hr = iss.data.modcrop(img, int(scale))
-    if min(hr.shape[:2]) < 4 * int(scale):
+    hr = iss.data.modcrop(img, scale)
+    if min(hr.shape[:2]) < 4 * scale:
         raise ValueError(f"the image is too small for x{scale}: {w}x{h}; use at least {4 * scale}px per side")
-    lr = iss.imresize(hr, 1 / int(scale))
+    lr = iss.imresize(hr, 1 / scale)
     return lr, hr, "; ".join(notes)
+
+
+def _decode(image: Any, cap: int) -> iss.data.Decoded:
+    """The input as RGB uint8 within ``MAX_PIXELS`` and ``cap``; a bad file's error names only the file."""
+    if isinstance(image, str | os.PathLike):
+        try:
+            return iss.data.decode_image(image, max_pixels=MAX_PIXELS, max_side=cap)
+        except iss.data.ImageError as e:
+            raise iss.data.ImageError(f"{Path(image).name}: {e.reason}. {INPUT_POLICY}") from None
+    rgb = iss.data.to_rgb_uint8(image, max_pixels=MAX_PIXELS, max_side=cap)
+    size = image.size if isinstance(image, Image.Image) else (image.shape[1], image.shape[0])
+    return iss.data.Decoded(rgb, size, image.mode if isinstance(image, Image.Image) else "RGB")
+
+
+def check_request(
+    arch: Any, scale: Any, ratio: Any, methods: Any, sparse: Any
+) -> tuple[str, int, float | None, list[str], bool | None]:
+    """Backbone, scale (int), ratio (float, or None: any), methods (a list) and sparse (bool, or None: the
+    default), or ``ValueError`` saying what a request got wrong.
+
+    The app hands ``/upscale``'s raw values here, so that an API client's mistake gets a one-line answer.
+    """
+    if not isinstance(arch, str) or arch not in iss.archs.list_archs():
+        raise ValueError(f"backbone must be one of {', '.join(iss.archs.list_archs())}, got {arch!r:.40}")
+    if isinstance(scale, str) and scale.strip().isdigit():
+        scale = int(scale)
+    if isinstance(scale, bool) or scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(map(str, SCALES))}, got {scale!r}")
+    ratio = _ratio(ratio)
+    if not isinstance(methods, list | tuple) or not all(isinstance(m, str) for m in methods):
+        raise ValueError(f"methods must be a list of method names such as ['{BICUBIC}'], got {methods!r:.80}")
+    if not methods:
+        raise ValueError("choose at least one method to compare")
+    if sparse is not None and not isinstance(sparse, bool):
+        raise ValueError(f"sparse must be true or false, got {sparse!r:.40}")
+    return arch, int(scale), ratio, list(dict.fromkeys(methods)), sparse
+
+
+def _ratio(value: Any) -> float | None:
+    """A pruning ratio from a request: None (or empty) for any, else a number in [0, 1)."""
+    if value is None or value == "":
+        return None
+    try:
+        ratio = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        ratio = math.nan
+    if not 0 <= ratio < 1:  # NaN included
+        raise ValueError(f"ratio must be a number in [0, 1), got {value!r:.40}")
+    return ratio
 
 
 @dataclass
@@ -239,11 +308,12 @@ class Estimate:
 
     seconds: dict[str, float]
     lr_size: tuple[int, int]  # (width, height)
+    scale: int
     note: str = ""  # why the input was cropped, if it was
 
-    def describe(self, scale: int) -> str:
+    def describe(self) -> str:
         """One Markdown line: total, size, the slowest methods, and the crop note."""
-        w, h = self.lr_size
+        w, h, scale = *self.lr_size, self.scale
         total = sum(self.seconds.values())
         slowest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:3]
         parts = ", ".join(f"{name} {cost.format_seconds(t)}" for name, t in slowest if t >= 0.05)
@@ -264,10 +334,11 @@ def estimate(
     zoo_path: str | None = None,
 ) -> Estimate:
     """What ``compare`` with these arguments is expected to cost (loads the models, runs none)."""
+    arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = sparse_by_default(arch, device) if sparse is None else bool(sparse)
-    lr, hr, _ = prepare_input(image, mode, int(scale))
-    return _bounded(lr, hr, arch, int(scale), ratio, methods, sparse, device, zoo_path)[2]
+    sparse = sparse_by_default(arch, device) if sparse is None else sparse
+    lr, hr, _ = prepare_input(image, mode, scale)
+    return _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)[2]
 
 
 def _bounded(
@@ -300,7 +371,7 @@ def _bounded(
             "(or sparse kernels on the CPU) leave room for more."
         )
         seconds = _expected_seconds(lr.shape[:2], arch, scale, ratio, methods, sparse, device, zoo_path)
-    return lr, hr, Estimate(seconds, (lr.shape[1], lr.shape[0]), note)
+    return lr, hr, Estimate(seconds, (lr.shape[1], lr.shape[0]), scale, note)
 
 
 def _expected_seconds(
@@ -315,7 +386,7 @@ def _expected_seconds(
 ) -> dict[str, float]:
     """Expected seconds per method on an LR image of ``lr_shape`` (unavailable checkpoints are left out)."""
     seconds = {}
-    for method in dict.fromkeys(methods or [BICUBIC]):
+    for method in methods:
         if method == BICUBIC:
             seconds[method] = 1e-7 * lr_shape[0] * lr_shape[1] * scale**2  # MATLAB bicubic: ~10 Mpx/s
             continue
@@ -373,11 +444,10 @@ def compare_steps(
     missing, corrupt or for another scale is not fatal: its table row says ``unavailable: <reason>`` and it is
     left out of the images.
     """
-    scale = int(scale)
+    arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = sparse_by_default(arch, device) if sparse is None else bool(sparse)
+    sparse = sparse_by_default(arch, device) if sparse is None else sparse
     lr, hr, message = prepare_input(image, mode, scale)
-    methods = list(dict.fromkeys(methods or [BICUBIC]))
     lr, hr, expected = _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)
     comp = Comparison(lr=lr, hr=hr)
     notes = [n for n in (message, expected.note, availability(arch, scale, zoo_path)) if n]
@@ -386,14 +456,18 @@ def compare_steps(
         try:
             sr, row = _run_method(name, arch, lr, scale, ratio, device, sparse, zoo_path, tile)
         except (FileNotFoundError, ValueError, KeyError, OSError) as e:
-            comp.rows.append([name, f"unavailable: {_reason(e)}", "", "", "", "", ""])
-            notes.append(f"{name} is unavailable: {_reason(e, limit=400)}")
+            comp.rows.append([name, f"unavailable: {short_reason(e)}", "", "", "", "", ""])
+            notes.append(f"{name} is unavailable: {short_reason(e, limit=400)}")
             continue
         if hr is not None:
             row[1] = round(iss.metrics.psnr_y(sr, hr, crop_border=scale), 2)
             row[2] = round(iss.metrics.ssim_y(sr, hr, crop_border=scale), 4)
         comp.results[name] = sr
         comp.rows.append(row)
+        if name != BICUBIC:
+            found = resolved_zoo(zoo_path).get(find_entry(arch, scale, ratio, name, zoo_path).name)
+            if refused := getattr(found, "refused", ""):
+                notes.append(f"{name}: Hub copy refused ({short_reason(refused, 200)}); bundled copy used")
         if i + 1 < len(methods):
             progress = f"{i + 1} of {len(methods)} methods done; running {methods[i + 1]}…"
             comp.message = "\n\n".join([progress, *notes])
@@ -413,11 +487,11 @@ def compare_steps(
     yield comp
 
 
-def _reason(error: BaseException, limit: int = 140) -> str:
-    """A one-line reason for an unavailable method: no folders, no digests, at most ``limit`` characters."""
+def short_reason(error: BaseException | str, limit: int = 140) -> str:
+    """An error as one line for the UI: no server folders (file names only), no digests, <= ``limit``."""
     text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     text = re.sub(r"^refusing checkpoint \S+: ", "", re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", str(text)))
-    line = " ".join(Path(w).name if w.startswith("/") else w for w in text.split())
+    line = " ".join(_FOLDERS.sub("", text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

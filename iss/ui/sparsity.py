@@ -20,7 +20,7 @@ from torch import nn
 
 import iss
 from iss.ui import figures
-from iss.ui.compare import BICUBIC, ROOT, load_model, zoo
+from iss.ui.compare import BICUBIC, ROOT, load_model, short_reason, zoo
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.json")
 BICUBIC_RESULTS = ROOT / "benchmarks" / "results"  # bicubic_x{scale}.json, from `python -m iss eval`
@@ -123,8 +123,15 @@ def _empty_rows(mask: np.ndarray) -> int:
 def sparsity_view(
     name: str, layer: str | None = None, zoo_path: str | None = None
 ) -> tuple[Any, Any, list[str]]:
-    """The mask-structure figure and magnitude histograms (model, one layer) of zoo entry ``name``."""
-    model, meta = load_model(name, "cpu", False, zoo_path)
+    """The mask-structure figure and magnitude histograms (model, one layer) of zoo entry ``name``.
+
+    A checkpoint that cannot be loaded raises ``ValueError("<name> is unavailable: <reason>")``, one line
+    without server paths.
+    """
+    try:
+        model, meta = load_model(name, "cpu", False, zoo_path)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise ValueError(f"{name} is unavailable: {short_reason(e, 300)}") from None
     weights = prunable_weights(model)
     structure = mask_structure(weights)
     kept_share = structure.kept / max(structure.total, 1)

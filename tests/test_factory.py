@@ -1,0 +1,185 @@
+"""The zoo factory: time-boxed, resumable training of a plan's cells, merged into the zoo manifest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from iss import checkpoint, factory, train, zoo
+from iss.plan import load_plan
+from tests.common import ROOT
+
+TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, benchmarks: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """train/a with three random images, benchmarks/Set5 the real one."""
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "data"
+    (root / "train" / "a").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (48, 56, 3), dtype=np.uint8)).save(
+            root / "train" / "a" / f"{i}.png"
+        )
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "Set5").symlink_to(benchmarks / "Set5")
+    return root
+
+
+def _plan(tmp_path: Path, iters: tuple[int, int] = (40, 30)) -> Path:
+    """Two groups of two methods, tiny SwinIR-light: x2 (ISS-P, IHT) and x3 at 0.9 (L1, SRP)."""
+    plan = {
+        "version": 1,
+        "train_data": ["train/a"],
+        "eval": ["Set5"],
+        "defaults": {"batch": 2, "patch": 8, "arch_kwargs": TINY_SWINIR},
+        "groups": [
+            {
+                "arch": "swinir-light",
+                "scale": 2,
+                "ratio": 0.5,
+                "iters": iters[0],
+                "prune_iters": iters[0] // 2,
+                "milestones": [iters[0] * 3 // 4],
+                "methods": ["iss-p", "iht"],
+            },
+            {
+                "arch": "swinir-light",
+                "scale": 3,
+                "ratio": 0.9,
+                "iters": iters[1],
+                "prune_iters": 10,
+                "methods": ["l1", "srp"],
+            },
+        ],
+    }
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.read(path)[0]
+
+
+def test_a_cell_paused_at_its_deadline_resumes_exactly(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, with a clock that runs out after 7 iterations: the cell keeps its state and time, the
+    next call finishes it bit for bit like a run that never stopped, then evaluates it."""
+    plan = load_plan(_plan(tmp_path))
+    cell = plan.cells[0]
+    torch.set_num_threads(1)
+    straight = cell.config([str(data_dir / "train" / "a")], tmp_path / "straight", device="cpu", threads=1)
+    list(train.train(straight))
+
+    clock = iter(range(10_000))  # one "second" per reading: the deadline, 8 s away, passes at iteration 8
+    with monkeypatch.context() as patch:
+        patch.setattr(time, "monotonic", lambda: next(clock))
+        record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 8, threads=1)
+    folder = tmp_path / "work" / cell.name
+    assert 0 < record.iterations < cell.iters and not record.metrics
+    assert json.loads((folder / "cell.json").read_text())["iterations"] == record.iterations
+    assert not (folder / "model.safetensors").exists()
+
+    record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    assert record.trained and record.train_seconds > 0 and set(record.metrics) == {"Set5"}
+    finished, reference = (
+        _tensors(folder / "model.safetensors"),
+        _tensors(Path(straight.out) / "model.safetensors"),
+    )
+    assert finished.keys() == reference.keys()
+    assert all(torch.equal(finished[k], reference[k]) for k in finished)
+
+
+def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) -> None:
+    plan = load_plan(_plan(tmp_path))
+    factory.CellRecord(plan.cells[0].to_dict(), iterations=3).write(tmp_path / "work" / plan.cells[0].name)
+    changed = load_plan(_plan(tmp_path, iters=(60, 30)))
+    with pytest.raises(ValueError, match="different plan cell"):
+        factory.status(changed, tmp_path / "work")
+
+
+@pytest.mark.slow
+def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The command a GPU session runs: a first call that runs out of time, a second that finishes the plan
+    (two cells at once); every checkpoint equals an uninterrupted ``iss.train`` run of its cell, and the
+    merged zoo entries verify, load, and are exactly as sparse as claimed."""
+    plan_path = _plan(tmp_path, iters=(150, 60))
+    plan, work = load_plan(plan_path), tmp_path / "work"
+    command = [
+        sys.executable,
+        "-m",
+        "iss",
+        "zoo",
+        "train",
+        "--plan",
+        str(plan_path),
+        "--work",
+        str(work),
+        "--data-dir",
+        str(data_dir),
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+    ]
+    first = subprocess.run([*command, "--minutes", "0.3"], capture_output=True, text=True, cwd=ROOT)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert factory.pending(plan, work, data_dir / "benchmarks"), "the first call should not finish the plan"
+    second = subprocess.run(
+        [*command, "--minutes", "10", "--jobs", "2"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert not factory.pending(plan, work, data_dir / "benchmarks"), second.stdout
+
+    torch.set_num_threads(1)
+    for cell in plan.cells:
+        straight = cell.config(
+            [str(data_dir / "train" / "a")], tmp_path / "straight" / cell.name, device="cpu", threads=1
+        )
+        list(train.train(straight))
+        got, want = (
+            _tensors(work / cell.name / "model.safetensors"),
+            _tensors(Path(straight.out) / "model.safetensors"),
+        )
+        assert all(torch.equal(got[k], want[k]) for k in want), cell.name
+
+    manifest = tmp_path / "zoo" / "zoo.json"
+    added = factory.add_to_zoo(plan, work, manifest, datasets=["Set5"], benchmarks=data_dir / "benchmarks")
+    assert added == [c.name for c in plan.cells]
+    for entry in zoo.load_zoo(manifest):
+        zoo.verify(entry.bundled, entry)
+        model, meta = checkpoint.load(entry.bundled)
+        record = json.loads((work / entry.name / "cell.json").read_text())
+        assert entry.metrics["Set5"]["psnr"] == pytest.approx(record["metrics"]["Set5"]["psnr"], abs=1e-4)
+        assert entry.budget["iterations"] == meta["iterations"] == record["cell"]["iters"]
+        assert entry.budget["device"].startswith("cpu") and entry.budget["git_commit"]
+        tensors = _tensors(entry.bundled)
+        for name in (n for n in tensors if n.endswith(checkpoint.MASK_SUFFIX)):
+            weight = model.get_parameter(name.removesuffix(checkpoint.MASK_SUFFIX))
+            kept = int(checkpoint.unpack_mask(tensors[name], weight.shape).sum())
+            assert kept == weight.numel() - int(np.ceil(round(entry.ratio * weight.numel(), 6))), name
+
+
+def test_merge_keeps_a_gpu_entry_from_a_cpu_one(tmp_path: Path) -> None:
+    base = json.loads((ROOT / "checkpoints" / "zoo.json").read_text())["entries"][0]
+    manifest = tmp_path / "zoo.json"
+    gpu = {**base, "budget": {**base["budget"], "device": "NVIDIA H100 80GB HBM3"}}
+    zoo.merge_entries(manifest, [gpu])
+    with pytest.raises(ValueError, match="GPU-trained"):
+        zoo.merge_entries(manifest, [base])
+    assert zoo.merge_entries(manifest, [base], force=True) == [base["name"]]
+    assert [e.budget["device"] for e in zoo.load_zoo(manifest)] == ["cpu"]
