@@ -531,7 +531,7 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
         [flips, grads, training, status],
         api_name="train",
         concurrency_id="train",
-    )
+    ).then(_plan, sizes, [plan], api_visibility="private")  # the estimate, with the speed just measured
     stop.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     rec.change(_recorded_layers, [rec], [rec_layers], api_visibility="private")
     rec_outputs = [rec_flips, rec_grads, rec_training, rec_status]
