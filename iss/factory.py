@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -110,15 +111,39 @@ def run_cell(
             compile=cell.compile and cuda,
         )
         deadline = time.monotonic() + (until - time.time())
+        recorder = _recorder(plan, cell, folder, config)
         began = time.perf_counter()
         for event in train(config, resume=(folder / "state.pt").exists(), deadline=deadline):
             record.iterations = event.iteration
+            if recorder:
+                recorder.observe(event)
+        if recorder:
+            recorder.write()
         record.train_seconds += time.perf_counter() - began
         record.device = device_name(config.device)
         record.write(folder)
     if record.trained:
         evaluate_cell(record, folder, plan.eval, data_dir / "benchmarks", until, device=device)
     return record
+
+
+def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
+    """For the ISS-P and IHT cells of a group that trains both: a recorder of the Analysis tab's series and
+    of resumable states at half and three quarters of K_p (``DIR/<cell>/recording``); else None."""
+    from .ui.recording import RUNS, TrainRecorder
+
+    methods = {c.method for c in plan.cells if c.group == cell.group}
+    if cell.method not in RUNS or not methods >= set(RUNS):
+        return None
+    meta = {
+        "arch": cell.arch, "scale": cell.scale, "ratio": cell.ratio, "alpha": 0.95,
+        "prune_iters": config.prune_iters, "iterations": cell.iters, "batch": cell.batch, "patch": cell.patch,
+        "lr": cell.lr, "seed": cell.seed, "arch_kwargs": cell.arch_kwargs,
+        "device": device_name(config.device), "data": [Path(d).name for d in config.train_data],
+        "command": f"python -m iss zoo train --plan {plan.path.name} (cell {cell.name})",
+    }  # fmt: skip
+    states = (config.prune_iters // 2, config.prune_iters * 3 // 4)
+    return TrainRecorder(folder / "recording", cell.method, meta, states=states)
 
 
 def evaluate_cell(
@@ -378,9 +403,11 @@ def add_to_zoo(
     benchmarks: Path | None,
     names: list[str] | None = None,
     force: bool = False,
+    recordings: Path | None = None,
     log=print,
 ) -> list[str]:
-    """Evaluate finished cells on ``datasets`` still missing, then merge them into ``manifest``."""
+    """Evaluate finished cells on ``datasets`` still missing, then merge them into ``manifest``, and their
+    ISS-P/IHT recordings into ``recordings`` (see ``add_recordings``)."""
     from .zoo import DEFAULT_HUB_REPO, merge_entries
 
     manifest.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +423,36 @@ def add_to_zoo(
             raise FileNotFoundError(f"{cell.name}: no metrics on {', '.join(missing)}; pass --data-dir")
         entries.append(zoo_entry(record, folder, manifest.parent, DEFAULT_HUB_REPO))
         log(f"{cell.name}: " + ", ".join(f"{s} {m['psnr']:.2f}" for s, m in entries[-1]["metrics"].items()))
-    return merge_entries(manifest, entries, force=force)
+    added = merge_entries(manifest, entries, force=force)
+    if recordings is not None:
+        for folder in add_recordings(plan, work, recordings, names=added):
+            log(f"recording {folder}")
+    return added
+
+
+def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> list[Path]:
+    """For every group whose ISS-P and IHT cells are among ``names`` and were recorded: one recording of both
+    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name."""
+    from .ui.recording import RUNS, merge_recordings
+
+    written = []
+    for group in dict.fromkeys(c.group for c in plan.cells):
+        cells = {c.method: c for c in plan.cells if c.group == group and c.method in RUNS}
+        parts = {run: work / cells[run].name / "recording" for run in cells}
+        if set(cells) != set(RUNS) or not all(c.name in names and (parts[r] / "run.json").is_file()
+                                              for r, c in cells.items()):  # fmt: skip
+            continue
+        record = CellRecord.read(work / cells["iss-p"].name, cells["iss-p"])
+        out = root / f"{group}_{'cpu' if record.device.startswith('cpu') else 'gpu'}"
+        if out.exists():
+            shutil.rmtree(out)
+        config = json.loads((parts["iss-p"] / "run.json").read_text())
+        config["command"] = f"python -m iss zoo train --plan {plan.path.name} (cells of {group})"
+        written.append(merge_recordings(parts, out, {k: v for k, v in config.items() if k not in _PER_RUN}))
+    return written
+
+
+_PER_RUN = ("layers", "iterations_done", "finetune_from", "states", "seconds")
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -437,6 +493,12 @@ def add_commands(sub: Any, common: Any) -> None:
     )
     add.add_argument("--cells", help="only these cells (comma-separated names)")
     add.add_argument("--force", action="store_true", help="let a CPU-trained cell replace a GPU-trained one")
+    add.add_argument(
+        "--recordings",
+        type=Path,
+        default=REPO_ROOT / "assets" / "recordings",
+        help="where the ISS-P vs IHT recordings of added groups go (the Analysis tab's)",
+    )
     budget = sub.add_parser("budget", parents=[worked], help="set the plan's iterations from throughput")
     budget.add_argument("--throughput", type=Path, required=True, help="benchmarks/train_throughput.py JSON")
     budget.add_argument("--cell-minutes", type=float, required=True, help="training minutes per cell")
@@ -511,6 +573,7 @@ def run(args: Any) -> int:
         benchmarks=args.data_dir / "benchmarks",
         names=names,
         force=args.force,
+        recordings=args.recordings,
     )
     print(f"{manifest}: added or replaced {len(added)} entries: {', '.join(added) or '-'}")
     return 0

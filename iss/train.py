@@ -123,8 +123,8 @@ class TrainEvent:
 
     ``loss`` and ``stats`` are read back only on checked iterations (every one on the CPU; every
     ``log_every``-th, before saves and at the end on CUDA, so the GPU never waits), else None; ``val_psnr``
-    only when it validated at this iteration. ``trainer`` gives the model, pruner, optimizer and the loss
-    tensor of the step (``trainer.last_loss``) for consumers that record more.
+    only when it validated at this iteration. ``trainer`` gives the pruner, the optimizer and the loss tensor
+    of the step (``trainer.last_loss``) for consumers that record more.
     """
 
     iteration: int
@@ -137,6 +137,7 @@ class TrainEvent:
     checkpoint: Path | None = None  # set on the last event: the final sparse checkpoint
     saved: bool = False  # state.pt was written at this iteration
     trainer: Trainer | None = None
+    model: nn.Module | None = None  # the model itself (``trainer.model`` may be a compiled/DDP wrapper)
 
 
 class _IterationBatches(torch.utils.data.Sampler):
@@ -369,7 +370,7 @@ def train(
                                "iteration": iteration})  # fmt: skip
             event = TrainEvent(
                 iteration, loss.item() if checked else None, learning_rate, pruner.stage,
-                pruner.stats if logging else None, trainer=trainer,
+                pruner.stats if logging else None, trainer=trainer, model=model,
             )  # fmt: skip
             if val_samples and (iteration % config.val_every == 0 or last):
                 event.val_psnr = _validate(model, val_samples, config.scale, device)

@@ -15,6 +15,7 @@ from PIL import Image
 
 from iss import checkpoint, factory, train, zoo
 from iss.plan import load_plan
+from iss.ui.recording import load_recording, optimizer_runs
 from tests.common import ROOT
 
 TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
@@ -94,6 +95,12 @@ def test_a_cell_paused_at_its_deadline_resumes_exactly(
 
     record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
     assert record.trained and record.train_seconds > 0 and set(record.metrics) == {"Set5"}
+    # ISS-P of a group that also trains IHT is recorded for the Analysis tab, across the pause.
+    config, traces = load_recording(folder / "recording")
+    assert traces["iss-p"].iterations == list(range(1, cell.iters + 1))
+    assert np.isfinite(traces["iss-p"].loss).all() and traces["iss-p"].finetune_from == cell.prune_iters
+    assert [s["iteration"] for s in config["states"]] == [cell.prune_iters // 2, cell.prune_iters * 3 // 4]
+    assert optimizer_runs(folder / "recording" / config["states"][0]["file"]) == ["iss-p"]
     finished, reference = (
         _tensors(folder / "model.safetensors"),
         _tensors(Path(straight.out) / "model.safetensors"),
@@ -158,8 +165,20 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
         assert all(torch.equal(got[k], want[k]) for k in want), cell.name
 
     manifest = tmp_path / "zoo" / "zoo.json"
-    added = factory.add_to_zoo(plan, work, manifest, datasets=["Set5"], benchmarks=data_dir / "benchmarks")
+    added = factory.add_to_zoo(
+        plan,
+        work,
+        manifest,
+        datasets=["Set5"],
+        benchmarks=data_dir / "benchmarks",
+        recordings=tmp_path / "rec",
+    )
     assert added == [c.name for c in plan.cells]
+    # The x2 group trained ISS-P and IHT: one recording of both, with states the live run can start from.
+    config, traces = load_recording(tmp_path / "rec" / "swinir-light_x2_r0.5_cpu")
+    assert set(traces) == {"iss-p", "iht"} and config["iterations_done"] == 150
+    state = tmp_path / "rec" / "swinir-light_x2_r0.5_cpu" / config["states"][-1]["file"]
+    assert sorted(optimizer_runs(state)) == ["iht", "iss-p"]
     for entry in zoo.load_zoo(manifest):
         zoo.verify(entry.bundled, entry)
         model, meta = checkpoint.load(entry.bundled)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -29,7 +28,16 @@ import iss
 from iss.train import NonFiniteLossError
 from iss.ui import cost, figures
 from iss.ui.compare import ASSETS, EXAMPLES_DIR, SCALES, default_device
-from iss.ui.recording import RUNS, RunTrace, list_recordings, load_recording, load_state, optimizer_runs
+from iss.ui.recording import (
+    RUNS,
+    RunTrace,
+    list_recordings,
+    load_recording,
+    load_state,
+    optimizer_runs,
+    validate,
+    validation_pair,
+)
 
 RECORDINGS_DIR = ASSETS / "recordings"
 
@@ -239,22 +247,6 @@ def training_folders(data_dir: str | None, sets: Sequence[str] = LIVE_SETS) -> l
         if found:
             return found
     return [EXAMPLES_DIR]
-
-
-def validation_pair(scale: int, size: int = 96) -> tuple[np.ndarray, np.ndarray]:
-    """A small fixed (LR, HR) pair for the quick validation PSNR: the centre of the first bundled photo."""
-    hr = iss.data.read_image(sorted(EXAMPLES_DIR.glob("*.png"))[0])
-    h, w = hr.shape[:2]
-    side = min(size - size % int(scale), h, w)
-    y0, x0 = (h - side) // 2, (w - side) // 2
-    hr = iss.data.modcrop(hr[y0 : y0 + side, x0 : x0 + side], int(scale))
-    return iss.imresize(hr, 1 / int(scale)), hr
-
-
-def validate(model: nn.Module, pair: tuple[np.ndarray, np.ndarray], scale: int) -> float:
-    """PSNR (Y) of ``model`` on the validation pair."""
-    lr, hr = pair
-    return iss.metrics.psnr_y(iss.infer.upscale(model, lr), hr, crop_border=int(scale))
 
 
 @dataclass
