@@ -11,13 +11,17 @@ exactly; finished cells are evaluated (``eval`` sets of the plan) within the sam
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,10 +117,12 @@ def run_cell(
         deadline = time.monotonic() + (until - time.time())
         recorder = _recorder(plan, cell, folder, config)
         began = time.perf_counter()
-        for event in train(config, resume=(folder / "state.pt").exists(), deadline=deadline):
-            record.iterations = event.iteration
-            if recorder:
-                recorder.observe(event)
+        with _on_sigterm() as terminated:
+            stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731
+            for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
+                record.iterations = event.iteration
+                if recorder:
+                    recorder.observe(event)
         if recorder:
             recorder.write()
         record.train_seconds += time.perf_counter() - began
@@ -125,6 +131,18 @@ def run_cell(
     if record.trained:
         evaluate_cell(record, folder, plan.eval, data_dir / "benchmarks", until, device=device)
     return record
+
+
+@contextlib.contextmanager
+def _on_sigterm() -> Iterator[threading.Event]:
+    """An event set by SIGTERM (``kill``, ``zoo train`` being stopped) while in the block, so that cells
+    pause cleanly instead of dying between two saved states."""
+    terminated = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+    try:
+        yield terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
@@ -270,23 +288,26 @@ def train_plan(
         TrainPatches([data_dir / d for d in plan.train_data], scale, 1, length=1)
     running: dict[str, subprocess.Popen] = {}
     exits: dict[str, int] = {}
-    while (queue or running) and time.time() < until - 5:
-        while queue and len(running) < jobs:
-            if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
-                log(f"{queue[0].name} would not finish in the time left; stopping early")
-                queue.clear()
-                break
-            cell = queue.pop(0)
-            running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
-            log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
-        time.sleep(0.2)
-        for name, process in list(running.items()):
-            if process.poll() is not None:
-                exits[name] = running.pop(name).returncode
-                log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
-    for name, process in running.items():  # past the deadline: they save and stop on their own
-        exits[name] = process.wait()
-        log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
+    with _on_sigterm() as terminated:
+        while (queue or running) and time.time() < until - 5 and not terminated.is_set():
+            while queue and len(running) < jobs:
+                if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
+                    log(f"{queue[0].name} would not finish in the time left; stopping early")
+                    queue.clear()
+                    break
+                cell = queue.pop(0)
+                running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
+                log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
+            time.sleep(0.2)
+            for name, process in list(running.items()):
+                if process.poll() is not None:
+                    exits[name] = running.pop(name).returncode
+                    log(_summary(work, plan.cell(name), exits[name]))
+        for process in running.values() if terminated.is_set() else []:
+            process.terminate()  # each pauses its cell cleanly
+        for name, process in running.items():  # past the deadline: they save and stop on their own
+            exits[name] = process.wait()
+            log(_summary(work, plan.cell(name), exits[name]))
     return exits
 
 
@@ -339,11 +360,12 @@ def _start(
 
 def _summary(work: Path, cell: Cell, exit_code: int) -> str:
     """One line on a worker that ended: progress, speed, metrics (or where its error is)."""
+    head = f"{time.strftime('%H:%M:%S')} {cell.name}: "
     if exit_code:
-        return f"FAILED (exit {exit_code}); see {work / cell.name / 'worker.log'}"
+        return head + f"FAILED (exit {exit_code}); see {work / cell.name / 'worker.log'}"
     record = CellRecord.read(work / cell.name, cell)
     metrics = "".join(f", {k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
-    return f"{record.iterations}/{cell.iters} iterations, {record.steps_per_second:.2f} it/s{metrics}"
+    return head + f"{record.iterations}/{cell.iters} iterations, {record.steps_per_second:.2f} it/s{metrics}"
 
 
 # ------------------------------------------------------------------------------------------------ zoo entries

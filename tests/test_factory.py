@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -202,3 +203,41 @@ def test_merge_keeps_a_gpu_entry_from_a_cpu_one(tmp_path: Path) -> None:
         zoo.merge_entries(manifest, [base])
     assert zoo.merge_entries(manifest, [base], force=True) == [base["name"]]
     assert [e.budget["device"] for e in zoo.load_zoo(manifest)] == ["cpu"]
+
+
+@pytest.mark.slow
+def test_sigterm_pauses_the_running_cells_cleanly(tmp_path: Path, data_dir: Path) -> None:
+    """Stopping ``zoo train`` (SIGTERM, as ``kill`` does) pauses each running cell where it is: its state
+    and record agree, nothing is lost since the last save, and the log says ``paused``."""
+    plan_path = _plan(tmp_path, iters=(5000, 60))
+    work = tmp_path / "work"
+    command = [
+        sys.executable,
+        "-m",
+        "iss",
+        "zoo",
+        "train",
+        "--plan",
+        str(plan_path),
+        "--work",
+        str(work),
+        "--data-dir",
+        str(data_dir),
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--minutes",
+        "9",
+    ]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = work / "swinir-light_x2_iss-p_r0.5" / "log.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 2):
+        time.sleep(0.5)  # started, and trained past its first 100 iterations
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0, process.stdout.read()[-2000:]
+    record = json.loads((work / "swinir-light_x2_iss-p_r0.5" / "cell.json").read_text())
+    state = torch.load(work / "swinir-light_x2_iss-p_r0.5" / "state.pt", weights_only=True)
+    assert 100 <= record["iterations"] == state["iteration"] < 5000
+    assert json.loads(log.read_text().splitlines()[-1])["event"] == "paused"
