@@ -546,7 +546,7 @@ def run(args: Any) -> int:
         throughput = json.loads(args.throughput.read_text())
         budgets = fit_budgets(args.plan, throughput, args.cell_minutes, jobs=args.jobs, skip=started)
         for group, iters in budgets.items():
-            print(f"{group}: {iters} iterations")
+            print(f"{group}: {iters} iterations" if iters else f"{group}: not measured, budget kept")
         print(f"kept the budgets of started groups: {', '.join(sorted(started)) or '-'}")
         return 0
     plan = load_plan(args.plan)
