@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,13 +40,66 @@ def _error(e: Exception) -> gr.Error:
     return gr.Error(message, print_exception=False)
 
 
+# ------------------------------------------------------------------------ components with honest API types
+
+
+class IntRadio(gr.Radio):
+    """A Radio of integers, documented as ``int`` in the API and also accepting them as text ("4")."""
+
+    is_template = True  # rendered as a plain Radio
+
+    def api_info(self) -> dict[str, Any]:
+        return {"type": "integer", "description": f"one of {[value for _, value in self.choices]}"}
+
+    def preprocess(self, payload: Any) -> Any:
+        if isinstance(payload, str) and payload.strip().lstrip("-").isdigit():
+            payload = int(payload)
+        return super().preprocess(payload)
+
+
+class NumberDropdown(gr.Dropdown):
+    """A dropdown of numbers (the zoo's ratios) that also takes any other number, documented as a number."""
+
+    is_template = True
+
+    def api_info(self) -> dict[str, Any]:
+        return {"type": "number", "description": f"e.g. one of {[value for _, value in self.choices]}"}
+
+    def preprocess(self, payload: Any) -> Any:
+        try:
+            return None if payload in (None, "") else float(payload)
+        except (TypeError, ValueError):
+            raise gr.Error(f"{self.label} must be a number, got {payload!r}") from None
+
+
+class Names(gr.Dropdown):
+    """A dropdown of names whose valid values depend on other inputs: documented as ``str`` (or a list)."""
+
+    is_template = True
+
+    def api_info(self) -> dict[str, Any]:
+        name = {"type": "string"}
+        return {"type": "array", "items": name} if self.multiselect else name
+
+
+class WholeNumber(gr.Number):
+    """A whole-number field that refuses NaN and infinities with a message (gradio would fail silently)."""
+
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        if isinstance(payload, float) and not math.isfinite(payload):
+            raise gr.Error(f"{self.label} must be a finite whole number, got {payload}")
+        return super().preprocess(payload)
+
+
 # ---------------------------------------------------------------------------------------------------- compare
 
 
 def _compare_outputs(
     comp: compare.Comparison, left: str, right: str, box: tuple[int, int, int, int]
 ) -> tuple:
-    """Component values for a finished comparison."""
+    """Component values for a comparison (finished or partial)."""
     choices = compare.pair_choices(comp)
     message = comp.message
     if comp.hr is None:
@@ -54,7 +109,7 @@ def _compare_outputs(
         compare.overview(comp, box),
         compare.zoom_grid(comp, box),
         comp.rows,
-        comp.files,
+        comp.files or None,
         message,
         gr.update(choices=choices, value=left),
         gr.update(choices=choices, value=right),
@@ -64,15 +119,18 @@ def _compare_outputs(
 
 def _run_compare(
     image: dict | None,
+    backbone: Any,
     scale: Any,
+    ratio: Any,
     methods: Any,
     mode: Any,
     sparse: Any,
     *,
     zoo_path: str | None,
     cache: str,
-) -> tuple:
-    """``/upscale``: run the comparison (backbone and ratio only filter the method list in the UI).
+) -> Iterator[tuple]:
+    """``/upscale``: bicubic and the chosen methods' zoo checkpoints for backbone, scale and ratio, streamed
+    method by method.
 
     Wired with ``preprocess=False``: the values arrive as sent, the image as Gradio's record of the uploaded
     file (undecoded), so that ``compare`` decodes it within its pixel budget and every mistake in a request
@@ -80,11 +138,13 @@ def _run_compare(
     """
     try:
         path, out_dir = _upload_path(image), str(_download_folder(cache))
-        comp = gpu_compare(path, scale, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir)
+        for comp in gpu_compare(
+            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir
+        ):
+            left, right = compare.default_pair(comp)
+            yield _compare_outputs(comp, left, right, compare.zoom_box(comp, None, None))
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
-    left, right = compare.default_pair(comp)
-    return _compare_outputs(comp, left, right, compare.zoom_box(comp, None, None))
 
 
 def _upload_path(image: dict | None) -> str | None:
@@ -104,9 +164,31 @@ def _download_folder(cache: str) -> Path:
 
 
 @gpu(duration=60)
-def gpu_compare(*args: Any, **kwargs: Any) -> compare.Comparison:
-    """``compare.compare`` on the GPU of a ZeroGPU Space (plain call elsewhere)."""
-    return compare.compare(*args, **kwargs)
+def gpu_compare(*args: Any, **kwargs: Any) -> Iterator[compare.Comparison]:
+    """``compare.compare_steps`` on the GPU of a ZeroGPU Space (plain call elsewhere)."""
+    yield from compare.compare_steps(*args, **kwargs)
+
+
+def _estimate(
+    image: dict | None,
+    backbone: Any,
+    scale: Any,
+    ratio: Any,
+    methods: Any,
+    mode: Any,
+    sparse: Any,
+    zoo_path: str | None = None,
+) -> str:
+    """The expected time of a comparison, shown before it runs (raw values, as ``/upscale`` gets them)."""
+    if image is None:
+        return "Upload an image or pick an example, then press **Compare**."
+    try:
+        found = compare.estimate(
+            _upload_path(image), backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path
+        )
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        return f"⚠️ {e.args[0] if isinstance(e, KeyError) and e.args else e}"
+    return found.describe() + " Press **Compare**."
 
 
 def _repair(comp: compare.Comparison | None, left: str, right: str) -> Any:
@@ -125,21 +207,26 @@ def _zoom(comp: compare.Comparison | None, evt: gr.SelectData) -> tuple:
     return compare.overview(comp, box), compare.zoom_grid(comp, box)
 
 
-def _choices_for(arch: str, scale: int, zoo_path: str | None = None) -> tuple:
-    """Ratios and methods available for a backbone/scale pair."""
-    found = compare.ratios(arch, int(scale), zoo_path)
+def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tuple:
+    """Ratios, methods, the zoo note and the sparse-kernel default for a backbone/scale pair."""
+    found = compare.ratios(backbone, int(scale), zoo_path)
     ratio = found[-1] if found else None
-    methods = compare.method_choices(arch, int(scale), ratio, zoo_path)
-    return gr.update(choices=found, value=ratio), gr.update(choices=methods, value=methods)
+    methods = compare.method_choices(backbone, int(scale), ratio, zoo_path)
+    return (
+        gr.update(choices=found, value=ratio),
+        gr.update(choices=methods, value=methods),
+        compare.availability(backbone, int(scale), zoo_path),
+        compare.sparse_by_default(backbone),
+    )
 
 
-def _methods_for(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> Any:
+def _methods_for(backbone: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> Any:
     """All matching methods, selected, when the ratio changes."""
-    methods = compare.method_choices(arch, int(scale), ratio, zoo_path)
+    methods = compare.method_choices(backbone, int(scale), ratio, zoo_path)
     return gr.update(choices=methods, value=methods)
 
 
-def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
+def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> None:
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
     archs = compare.backbones(zoo_path)
     arch0 = "swinir-light" if "swinir-light" in archs else archs[0]
@@ -166,53 +253,87 @@ def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
             )
             mode = gr.Radio(list(compare.MODES), value=compare.MODE_HR, label="Input is")
             with gr.Row():
-                arch = gr.Dropdown(archs, value=arch0, label="Backbone")
-                scale = gr.Radio(list(compare.SCALES), value=scale0, label="Scale")
-                ratio = gr.Dropdown(
+                backbone = gr.Dropdown(archs, value=arch0, label="Backbone")
+                scale = IntRadio(list(compare.SCALES), value=scale0, label="Scale")
+                ratio = NumberDropdown(
                     ratio_choices, value=ratio0, label="Pruning ratio", allow_custom_value=True
                 )
-            methods = gr.CheckboxGroup(methods0, value=methods0, label="Methods to compare")
+            zoo_note = gr.Markdown(compare.availability(arch0, scale0, zoo_path))
+            methods = gr.CheckboxGroup(
+                compare.all_methods(zoo_path), value=methods0, label="Methods to compare"
+            )  # every method the zoo has (what the API accepts); narrowed to this backbone's on load
             sparse = gr.Checkbox(
-                False, label="Sparse kernels (iss.sparsify)", info=compare.sparse_kernel_note()
+                compare.sparse_by_default(arch0),
+                label="Sparse kernels (iss.sparsify)",
+                info=compare.sparse_kernel_note(),
             )
+            expected = gr.Markdown("Upload an image or pick an example, then press **Compare**.")
             run = gr.Button("Compare", variant="primary")
         with gr.Column(scale=2):
-            status = gr.Markdown("Upload an image or pick an example, then press **Compare**.")
+            status = gr.Markdown(label="Status")
             with gr.Row():
                 left = gr.Dropdown([], label="Left", scale=4)
                 swap = gr.Button("⇄ swap", scale=1, min_width=60)
                 right = gr.Dropdown([], label="Right", scale=4)
-            slider = gr.ImageSlider(format="png", type="numpy", label="Left | Right", max_height=520)
-            with gr.Row():
+            slider = gr.ImageSlider(format="png", type="numpy", label="Slider", max_height=520)
+            gr.Markdown(f"**Zoom**: click the overview to move the region. {compare.ZOOM_NOTE}")
+            with gr.Row(equal_height=False):
                 region = gr.Image(
-                    label="Click to choose the zoom region",
+                    label="Overview",
+                    show_label=False,
                     interactive=False,
                     format="png",
-                    height=300,
+                    height=260,
+                    buttons=[],
                     scale=1,
                 )
-                grid = gr.Gallery(label="Zoomed region", format="png", columns=3, height=300, scale=2)
+                grid = gr.Gallery(
+                    label="Zoomed region",
+                    elem_id="zoom-gallery",
+                    show_label=False,
+                    format="png",
+                    columns=4,
+                    object_fit="contain",
+                    buttons=["fullscreen"],
+                    scale=3,
+                )
             table = gr.Dataframe(
                 headers=compare.TABLE_HEADERS,
-                label="Per method",
+                elem_id="results-table",
+                label="Results",
                 interactive=False,
-                wrap=True,
-                column_widths=["24%", "22%", "8%", "16%", "8%", "12%", "10%"],
+                wrap=False,
             )
             files = gr.File(file_count="multiple", label="Full-resolution PNGs")
     state = gr.State(None)
     choices_for = functools.partial(_choices_for, zoo_path=zoo_path)
-    arch.change(choices_for, [arch, scale], [ratio, methods], api_visibility="private")
-    scale.change(choices_for, [arch, scale], [ratio, methods], api_visibility="private")
+    gr.on(
+        [demo.load, backbone.change, scale.change],
+        choices_for,
+        [backbone, scale],
+        [ratio, methods, zoo_note, sparse],
+        api_visibility="private",
+    )
     ratio.input(
         functools.partial(_methods_for, zoo_path=zoo_path),
-        [arch, scale, ratio],
+        [backbone, scale, ratio],
         [methods],
         api_visibility="private",
     )
+    inputs = [image, backbone, scale, ratio, methods, mode, sparse]
+    gr.on(
+        [image.change, mode.change, methods.change, sparse.change, ratio.change],
+        functools.partial(_estimate, zoo_path=zoo_path),
+        inputs,
+        [expected],
+        api_visibility="private",
+        trigger_mode="always_last",
+        concurrency_id="estimate",
+        preprocess=False,
+    )
     run.click(
         functools.partial(_run_compare, zoo_path=zoo_path, cache=files.GRADIO_CACHE),
-        [image, scale, methods, mode, sparse],
+        inputs,
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
         concurrency_id="upscale",
@@ -231,7 +352,7 @@ def compare_tab(data_dir: str | None, zoo_path: str | None) -> None:
 
 @gpu(duration=300)
 def _train(
-    arch: str,
+    backbone: str,
     scale: int,
     ratio: float,
     alpha: float,
@@ -241,25 +362,64 @@ def _train(
     batch: int,
     layers: list[str] | None,
     start: str,
+    stop: threading.Event | None = None,
     data_dir: str | None = None,
 ) -> Iterator[tuple]:
-    """``/train``: stream ISS-P vs IHT figures; Stop cancels it between iterations."""
+    """``/train``: stream ISS-P vs IHT figures; Stop ends it after this iteration, keeping the plots."""
     try:
         yield from analysis.train_live(
-            arch, int(scale), float(ratio), float(alpha), int(iterations), int(prune_iters), int(patch),
-            int(batch), layers, start, data_dir=data_dir,
+            backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start,
+            data_dir=data_dir, stop=stop,
         )  # fmt: skip
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
 
 
-def _layers_for(arch: str, scale: int) -> Any:
-    """Layer picker choices for a backbone (its prunable weights), two representative ones selected."""
+def _arm() -> threading.Event:
+    """A fresh stop flag for the run about to start (Stop sets it)."""
+    return threading.Event()
+
+
+def _request_stop(flag: threading.Event | None) -> None:
+    """Stop: the running live run ends after its current iteration with a last update."""
+    if flag is not None:
+        flag.set()
+
+
+def _plan(backbone: str, scale: int, iterations: Any, patch: int, batch: int, start: str) -> str:
+    """The expected time and memory of a live run, before it runs (or why it cannot run)."""
     try:
-        layers = analysis.prunable_layers(arch, int(scale))
+        return analysis.plan_live_run(backbone, scale, iterations, patch, batch, start).describe()
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        return f"⚠️ {e.args[0] if isinstance(e, KeyError) and e.args else e}"
+
+
+def _layer_names(backbone: str, scale: int) -> list[str]:
+    """``/layers``: the prunable weights of a backbone at a scale (what ``/train``'s layers takes)."""
+    try:
+        return analysis.prunable_layers(backbone, int(scale))
     except (KeyError, ValueError) as e:
         raise _error(e) from None
+
+
+def _layer_choices(layers: list[str]) -> Any:
+    """The layer picker for a backbone's layers, two representative ones selected."""
     return gr.update(choices=layers, value=analysis.default_layers(layers))
+
+
+def _start_settings(start: str) -> tuple:
+    """Controls as a recorded start point sets them (locked: the run uses the recording's), or the live
+    defaults, editable, for random init."""
+    settings = analysis.start_settings(start)
+    if settings is None:  # random init: the live defaults, editable
+        settings, editable = analysis.LIVE_DEFAULTS, True
+    else:
+        editable = False
+    keys = ("arch", "scale", "ratio", "alpha", "prune_iters")
+    return (
+        *(gr.update(value=settings[k], interactive=editable) for k in keys),
+        *(gr.update(value=settings[k]) if k in settings else gr.update() for k in ("batch", "patch")),
+    )
 
 
 def _recorded(name: str | None, layers: list[str] | None) -> tuple:
@@ -277,41 +437,57 @@ def _recorded_layers(name: str | None) -> Any:
     return gr.update(choices=layers, value=analysis.default_layers(layers))
 
 
-def analysis_tab(data_dir: str | None) -> None:
+def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
     """Live ISS-P vs IHT run with streamed plots, and the bundled recorded runs shown whole."""
-    d = analysis.LIVE_DEFAULTS
-    archs = iss.archs.list_archs()
+    d = {**analysis.LIVE_DEFAULTS, "start": analysis.default_start()}
+    d.update(analysis.start_settings(d["start"]) or {})
+    locked = d["start"] != analysis.RANDOM_INIT
     layers0 = analysis.prunable_layers(d["arch"], d["scale"])
     gr.Markdown(
-        "ISS-P and IHT start from the **same random init** and see the **same batches**. Per-iteration "
-        "flips are near zero for both in the first ~1,500 iterations from random init; the contrast of the "
-        "paper's Fig. 3 lives in the long pruning stage. Start from a recorded mid-pruning state, or open "
-        "*Recorded runs* below."
+        "ISS-P and IHT start from the **same weights** and see the **same batches**. From random init both "
+        "masks barely move for the first ~1,500 iterations; the contrast of the paper's Fig. 3 lives in the "
+        "long pruning stage, so a live run starts by default from a recorded mid-pruning state (random init "
+        "is in *Start from*). *Recorded runs* below shows a long run whole."
     )
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
+            start = gr.Dropdown(analysis.recorded_states(), value=d["start"], label="Start from")
             with gr.Row():
-                arch = gr.Dropdown(archs, value=d["arch"], label="Backbone")
-                scale = gr.Radio(list(compare.SCALES), value=d["scale"], label="Scale")
-            ratio = gr.Slider(0.5, 0.99, value=d["ratio"], step=0.01, label="Pruning ratio")
-            alpha = gr.Slider(0.5, 0.999, value=d["alpha"], step=0.001, label="alpha (ISS-P shrink factor)")
-            with gr.Row():
-                iterations = gr.Number(d["iterations"], precision=0, label="Iterations", minimum=1)
-                prune_iters = gr.Number(
-                    d["prune_iters"], precision=0, label="K_p (pruning iterations)", minimum=1
+                backbone = gr.Dropdown(
+                    iss.archs.list_archs(), value=d["arch"], label="Backbone", interactive=not locked
                 )
-            with gr.Row():
-                patch = gr.Slider(8, 64, value=d["patch"], step=8, label="LR patch")
-                batch = gr.Slider(1, 32, value=d["batch"], step=1, label="Batch")
-            start = gr.Dropdown(analysis.recorded_states(), value=analysis.RANDOM_INIT, label="Start from")
-            layers = gr.Dropdown(
-                layers0, value=analysis.default_layers(layers0), multiselect=True, label="Layers to plot"
+                scale = IntRadio(
+                    list(compare.SCALES), value=d["scale"], label="Scale", interactive=not locked
+                )
+            ratio = gr.Slider(
+                0.5, 0.99, value=d["ratio"], step=0.01, label="Pruning ratio", interactive=not locked
             )
+            alpha = gr.Slider(
+                0.5, 0.999, value=d["alpha"], step=0.001, label="alpha (ISS-P shrink factor)",
+                interactive=not locked,
+            )  # fmt: skip
+            with gr.Row():
+                iterations = WholeNumber(d["iterations"], precision=0, label="Iterations", minimum=1)
+                prune_iters = WholeNumber(
+                    d["prune_iters"], precision=0, label="K_p (pruning iterations)", minimum=1,
+                    interactive=not locked,
+                )  # fmt: skip
+            with gr.Row():
+                patch = gr.Slider(8, analysis.MAX_PATCH, value=d["patch"], step=8, label="LR patch")
+                batch = gr.Slider(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
+            layers = Names(
+                layers0,
+                value=analysis.default_layers(layers0),
+                multiselect=True,
+                allow_custom_value=True,
+                label="Layers to plot",
+            )
+            plan = gr.Markdown()
             with gr.Row():
                 go = gr.Button("Train ISS-P vs IHT", variant="primary")
                 stop = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
-            status = gr.Markdown("Press **Train** to start (first plot in a few seconds on CPU).")
+            status = gr.Markdown("Press **Train** to start.", label="Status")
             flips = gr.Plot(label="Mask dynamics")
             grads = gr.Plot(label="Gradients")
             training = gr.Plot(label="Training")
@@ -320,24 +496,43 @@ def analysis_tab(data_dir: str | None) -> None:
     with gr.Accordion("Recorded runs (whole)", open=False) as recorded:
         with gr.Row():
             rec = gr.Dropdown(recordings, value=recordings[0] if recordings else None, label="Recording")
-            rec_layers = gr.Dropdown(
+            rec_layers = Names(
                 rec_layers0,
                 value=analysis.default_layers(rec_layers0),
                 multiselect=True,
+                allow_custom_value=True,
                 label="Layers to plot",
             )
             show = gr.Button("Show")
-        rec_status = gr.Markdown()
-        rec_flips, rec_grads, rec_training = gr.Plot(), gr.Plot(), gr.Plot()
-    arch.change(_layers_for, [arch, scale], [layers], api_visibility="private")
-    event = go.click(
+        rec_status = gr.Markdown(label="Recording")
+        rec_flips = gr.Plot(label="Recorded mask dynamics")
+        rec_grads = gr.Plot(label="Recorded gradients")
+        rec_training = gr.Plot(label="Recorded training")
+    flag = gr.State(None)
+    fixed = [backbone, scale, ratio, alpha, prune_iters, batch, patch]
+    start.change(_start_settings, [start], fixed, api_visibility="private")
+    layer_names = gr.JSON(visible=False, label="Layers")
+    gr.on(
+        [backbone.change, scale.change], _layer_names, [backbone, scale], [layer_names], api_name="layers"
+    ).then(_layer_choices, [layer_names], [layers], api_visibility="private")
+    sizes = [backbone, scale, iterations, patch, batch, start]
+    gr.on(
+        [demo.load, *(component.change for component in sizes)],
+        _plan,
+        sizes,
+        [plan],
+        api_visibility="private",
+        trigger_mode="always_last",
+        concurrency_id="plan",
+    )
+    go.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
         functools.partial(_train, data_dir=data_dir),
-        [arch, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start],
+        [backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start, flag],
         [flips, grads, training, status],
         api_name="train",
         concurrency_id="train",
-    )
-    stop.click(None, None, None, cancels=[event])
+    ).then(_plan, sizes, [plan], api_visibility="private")  # the estimate, with the speed just measured
+    stop.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     rec.change(_recorded_layers, [rec], [rec_layers], api_visibility="private")
     rec_outputs = [rec_flips, rec_grads, rec_training, rec_status]
     show.click(_recorded, [rec, rec_layers], rec_outputs, api_name="recorded")
@@ -348,7 +543,7 @@ def analysis_tab(data_dir: str | None) -> None:
 
 
 def _sparsity(name: Any, layer: Any, zoo_path: str | None = None) -> tuple:
-    """``/sparsity``: kept fraction per layer and magnitude histograms of a zoo checkpoint.
+    """``/sparsity``: where a zoo checkpoint keeps its weights, and magnitude histograms.
 
     Wired with ``preprocess=False``, so that a client's wrong value gets one line from here.
     """
@@ -357,31 +552,41 @@ def _sparsity(name: Any, layer: Any, zoo_path: str | None = None) -> tuple:
     try:
         if not isinstance(name, str) or not isinstance(layer, str | None):
             raise ValueError(f"checkpoint and layer must be names, got {name!r:.40} and {layer!r:.40}")
-        kept, hist, layers = sparsity.sparsity_view(name, layer, zoo_path)
+        structure, hist, layers = sparsity.sparsity_view(name, layer or None, zoo_path)
     except (ValueError, KeyError, FileNotFoundError, OSError) as e:
         raise _error(e) from None
-    return kept, hist, gr.update(choices=layers, value=layer if layer in layers else None)
+    return structure, hist, gr.update(choices=layers, value=layer if layer in layers else None)
 
 
-def sparsity_tab(zoo_path: str | None) -> None:
-    """Per-layer kept ratio and weight magnitudes of a checkpoint; the zoo beside the paper's tables."""
+def sparsity_tab(tab: gr.Tab, zoo_path: str | None) -> None:
+    """Where a checkpoint keeps its weights (drawn on opening the tab); the zoo beside the paper's tables."""
     names = [e.name for e in compare.zoo(zoo_path)]
     if not names:
         gr.Markdown("No checkpoint zoo found (`checkpoints/zoo.json`): nothing to inspect yet.")
     with gr.Row():
         ckpt = gr.Dropdown(names, value=names[0] if names else None, label="Checkpoint")
-        layer = gr.Dropdown([], label="Also show the histogram of layer", allow_custom_value=True)
-        show = gr.Button("Show")
-    with gr.Row():
-        kept = gr.Plot(label="Kept fraction per layer")
-        hist = gr.Plot(label="Weight magnitudes")
+        layer = Names([], value="", label="Also show the histogram of layer", allow_custom_value=True)
+    structure = gr.Plot(label="Where the kept weights sit", elem_id="sparsity-structure")
+    hist = gr.Plot(label="Weight magnitudes")
     gr.Markdown(
-        "**Zoo vs paper** (same backbone, scale, ratio and method; zoo budgets are far below the paper's)"
+        "**Zoo vs paper** (same backbone, scale, ratio and method; zoo budgets are far below the paper's; "
+        "bicubic is our measurement, the baseline every method must beat)"
     )
-    gr.Dataframe(sparsity.zoo_vs_paper(zoo_path), headers=sparsity.ZOO_VS_PAPER_HEADERS, interactive=False)
-    view = functools.partial(_sparsity, zoo_path=zoo_path)
-    show.click(view, [ckpt, layer], [kept, hist, layer], api_name="sparsity", preprocess=False)
-    ckpt.input(view, [ckpt, layer], [kept, hist, layer], api_visibility="private", preprocess=False)
+    gr.Dataframe(
+        sparsity.zoo_vs_paper(zoo_path),
+        headers=sparsity.ZOO_VS_PAPER_HEADERS,
+        interactive=False,
+        label="Zoo vs paper (Y PSNR/SSIM)",
+    )
+    gr.on(
+        [tab.select, ckpt.change, layer.input],
+        functools.partial(_sparsity, zoo_path=zoo_path),
+        [ckpt, layer],
+        [structure, hist, layer],
+        api_name="sparsity",
+        trigger_mode="always_last",
+        preprocess=False,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ app
@@ -395,11 +600,11 @@ def build_demo(data_dir: str | None = None, zoo_path: str | None = None) -> gr.B
         gr.Markdown(f"## {TITLE}\n{INTRO}")
         with gr.Tabs():
             with gr.Tab("Compare", id="compare"):
-                compare_tab(data_dir, zoo_path)
+                compare_tab(demo, data_dir, zoo_path)
             with gr.Tab("Analysis", id="analysis"):
-                analysis_tab(data_dir)
-            with gr.Tab("Sparsity", id="sparsity"):
-                sparsity_tab(zoo_path)
+                analysis_tab(demo, data_dir)
+            with gr.Tab("Sparsity", id="sparsity") as tab:
+                sparsity_tab(tab, zoo_path)
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     return demo
 

@@ -25,11 +25,14 @@ def compare_latency(size: int = 128, scale: int = 4, zoo_path: str | None = None
     """Cold and warm wall time of one comparison over bicubic and all bundled x{scale} checkpoints."""
     hr = iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")
     lr = np.ascontiguousarray(hr[:size, :size])
-    methods = [compare.BICUBIC, *(e.name for e in compare.zoo(zoo_path) if int(e.scale) == scale)]
+    arch, ratio = "swinir-light", 0.95
+    methods = compare.method_choices(arch, scale, ratio, zoo_path)
     result = {"input": f"{size}x{size} LR, x{scale}", "methods": methods}
     for run in ("cold", "warm"):
         start = time.perf_counter()
-        comp = compare.compare(lr, scale, methods, compare.MODE_LR, device="cpu", zoo_path=zoo_path)
+        comp = compare.compare(
+            lr, arch, scale, ratio, methods, compare.MODE_LR, sparse=False, device="cpu", zoo_path=zoo_path
+        )
         result[f"{run}_seconds"] = round(time.perf_counter() - start, 2)
         result[f"{run}_per_method"] = {row[0]: row[-1] if row[-1] != "" else row[1] for row in comp.rows}
     return result

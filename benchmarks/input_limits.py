@@ -103,8 +103,9 @@ def measure(files: dict[str, Path], threads: int) -> list[dict]:
     )  # fmt: skip
     try:
         client = _connect(f"http://127.0.0.1:{port}", Client)
-        example = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))
-        client.predict(example, 4, ["bicubic"], compare.MODE_HR, False, api_name="/upscale")  # warm up
+        example = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))  # a warm-up request
+        client.predict(example, "swinir-light", 4, None, ["bicubic"], compare.MODE_HR, False,
+                       api_name="/upscale")  # fmt: skip
         inputs = {"240x240 example (reference)": compare.EXAMPLES_DIR / "pagoda.png", **files}
         return [_request(client, server.pid, name, path, mode) for name, path in inputs.items()
                 for mode in compare.MODES]  # fmt: skip
@@ -121,7 +122,8 @@ def _request(client: object, pid: int, name: str, path: Path, mode: str) -> dict
     before = _status_kib(pid, "VmRSS")
     start = time.perf_counter()
     try:
-        out = client.predict(handle_file(str(path)), 4, ["bicubic"], mode, False, api_name="/upscale")
+        out = client.predict(handle_file(str(path)), "swinir-light", 4, None, ["bicubic"], mode, False,
+                             api_name="/upscale")  # fmt: skip
         result = out[5].splitlines()[0]
     except Exception as e:  # a refusal is a result too: its message
         result = f"refused: {e}"

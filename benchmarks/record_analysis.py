@@ -146,12 +146,13 @@ def _add_threshold_hints(path: Path) -> None:
 
 
 def _save_state(out: Path, run: analysis.LiveRun, iteration: int, config: dict) -> None:
-    """Resumable weights (fp16) and pruner states of both runs at ``iteration``."""
+    """Resumable weights (fp16), pruner and Adam states of both runs at ``iteration``."""
     out.mkdir(parents=True, exist_ok=True)
     name = f"state_{iteration}.safetensors"
     keys = ("arch", "scale", "ratio", "alpha", "prune_iters", "arch_kwargs")
     meta = {"iteration": iteration, **{k: config[k] for k in keys}}
-    save_state(out / name, run.models, run.pruners, meta)
+    optimizers = {r: run.trainers[r].optimizer.state_dict() for r in RUNS}
+    save_state(out / name, run.models, run.pruners, meta, optimizers)
     config["states"].append({"iteration": iteration, "file": name})
 
 

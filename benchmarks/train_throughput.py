@@ -243,19 +243,24 @@ def main(argv: list[str] | None = None) -> int:
         worker(args)
         return 0
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
+    runs = [(arch, batch, patch, mode) for arch in args.archs.split(",") for batch, patch in configs
+            for mode in args.modes.split(",")]  # fmt: skip
     rows = []
-    for arch in args.archs.split(","):
-        for batch, patch in configs:
-            for mode in args.modes.split(","):
-                rows.append(measure(args, arch, batch, patch, mode))
-                print(_line(rows[-1]), flush=True)
+    for arch, batch, patch, mode in runs:
+        rows.append(measure(args, arch, batch, patch, mode))
+        _report(args, rows)
     for jobs in [int(j) for j in args.concurrency.split(",") if j]:
         rows.append(concurrent(args, args.archs.split(",")[0], *configs[0], jobs))
-        print(_line(rows[-1]), flush=True)
+        _report(args, rows)
+    return 0
+
+
+def _report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """Print the newest row; rewrite the JSON with every row so far (a run cut short keeps its results)."""
+    print(_line(rows[-1]), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1) + "\n")
-    return 0
 
 
 def _line(row: dict[str, Any]) -> str:

@@ -461,21 +461,26 @@ class TrainPatches(Dataset):
             raise ValueError(f"no training image of at least {patch * scale}x{patch * scale} in {folders}")
 
     def _load_folder(self, folder: Path) -> None:
-        """Decode every image of ``folder`` and make its LR; warn about and skip images that are too small."""
+        """Decode every image of ``folder`` and make its LR; skip images that are too small, with one warning
+        per folder naming them."""
         if not folder.is_dir():
             raise FileNotFoundError(f"training folder {folder} not found")
+        small = []
         for path in list_images(folder):
             hr = modcrop(read_image(path), self.scale)
             if min(hr.shape[:2]) < self.patch * self.scale:
-                size = f"{hr.shape[1]}x{hr.shape[0]}"
-                warnings.warn(
-                    f"skipping {path}: {size} is smaller than the HR patch {self.patch * self.scale}",
-                    stacklevel=3,
-                )
+                small.append(f"{path.name} ({hr.shape[1]}x{hr.shape[0]})")
                 continue
             self.lr_images.append(_cached_lr(hr, path, self.scale, f"train-{folder.name}"))
             self.hr_images.append(hr)
             self.names.append(str(path))
+        if small:
+            shown = ", ".join(small[:5]) + (f" and {len(small) - 5} more" if len(small) > 5 else "")
+            warnings.warn(
+                f"skipping {len(small)} images of {folder} smaller than the HR patch "
+                f"{self.patch * self.scale}: {shown}",
+                stacklevel=3,
+            )
 
     def set_epoch(self, epoch: int) -> None:
         """Draw different patches for the same indices in a new epoch (like ``DistributedSampler``)."""

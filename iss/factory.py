@@ -11,12 +11,17 @@ exactly; finished cells are evaluated (``eval`` sets of the plan) within the sam
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,15 +115,53 @@ def run_cell(
             compile=cell.compile and cuda,
         )
         deadline = time.monotonic() + (until - time.time())
+        recorder = _recorder(plan, cell, folder, config)
         began = time.perf_counter()
-        for event in train(config, resume=(folder / "state.pt").exists(), deadline=deadline):
-            record.iterations = event.iteration
+        with _on_sigterm() as terminated:
+            stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731
+            for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
+                record.iterations = event.iteration
+                if recorder:
+                    recorder.observe(event)
+        if recorder:
+            recorder.write()
         record.train_seconds += time.perf_counter() - began
         record.device = device_name(config.device)
         record.write(folder)
     if record.trained:
         evaluate_cell(record, folder, plan.eval, data_dir / "benchmarks", until, device=device)
     return record
+
+
+@contextlib.contextmanager
+def _on_sigterm() -> Iterator[threading.Event]:
+    """An event set by SIGTERM (``kill``, ``zoo train`` being stopped) while in the block, so that cells
+    pause cleanly instead of dying between two saved states."""
+    terminated = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+    try:
+        yield terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
+    """For the ISS-P and IHT cells of a group that trains both: a recorder of the Analysis tab's series and
+    of resumable states at half and three quarters of K_p (``DIR/<cell>/recording``); else None."""
+    from .ui.recording import RUNS, TrainRecorder
+
+    methods = {c.method for c in plan.cells if c.group == cell.group}
+    if cell.method not in RUNS or not methods >= set(RUNS):
+        return None
+    meta = {
+        "arch": cell.arch, "scale": cell.scale, "ratio": cell.ratio, "alpha": 0.95,
+        "prune_iters": config.prune_iters, "iterations": cell.iters, "batch": cell.batch, "patch": cell.patch,
+        "lr": cell.lr, "seed": cell.seed, "arch_kwargs": cell.arch_kwargs,
+        "device": device_name(config.device), "data": [Path(d).name for d in config.train_data],
+        "command": f"python -m iss zoo train --plan {plan.path.name} (cell {cell.name})",
+    }  # fmt: skip
+    states = (config.prune_iters // 2, config.prune_iters * 3 // 4)
+    return TrainRecorder(folder / "recording", cell.method, meta, states=states)
 
 
 def evaluate_cell(
@@ -245,23 +288,26 @@ def train_plan(
         TrainPatches([data_dir / d for d in plan.train_data], scale, 1, length=1)
     running: dict[str, subprocess.Popen] = {}
     exits: dict[str, int] = {}
-    while (queue or running) and time.time() < until - 5:
-        while queue and len(running) < jobs:
-            if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
-                log(f"{queue[0].name} would not finish in the time left; stopping early")
-                queue.clear()
-                break
-            cell = queue.pop(0)
-            running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
-            log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
-        time.sleep(0.2)
-        for name, process in list(running.items()):
-            if process.poll() is not None:
-                exits[name] = running.pop(name).returncode
-                log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
-    for name, process in running.items():  # past the deadline: they save and stop on their own
-        exits[name] = process.wait()
-        log(f"{time.strftime('%H:%M:%S')} {name}: " + _summary(work, plan.cell(name), exits[name]))
+    with _on_sigterm() as terminated:
+        while (queue or running) and time.time() < until - 5 and not terminated.is_set():
+            while queue and len(running) < jobs:
+                if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
+                    log(f"{queue[0].name} would not finish in the time left; stopping early")
+                    queue.clear()
+                    break
+                cell = queue.pop(0)
+                running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
+                log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
+            time.sleep(0.2)
+            for name, process in list(running.items()):
+                if process.poll() is not None:
+                    exits[name] = running.pop(name).returncode
+                    log(_summary(work, plan.cell(name), exits[name]))
+        for process in running.values() if terminated.is_set() else []:
+            process.terminate()  # each pauses its cell cleanly
+        for name, process in running.items():  # past the deadline: they save and stop on their own
+            exits[name] = process.wait()
+            log(_summary(work, plan.cell(name), exits[name]))
     return exits
 
 
@@ -314,11 +360,12 @@ def _start(
 
 def _summary(work: Path, cell: Cell, exit_code: int) -> str:
     """One line on a worker that ended: progress, speed, metrics (or where its error is)."""
+    head = f"{time.strftime('%H:%M:%S')} {cell.name}: "
     if exit_code:
-        return f"FAILED (exit {exit_code}); see {work / cell.name / 'worker.log'}"
+        return head + f"FAILED (exit {exit_code}); see {work / cell.name / 'worker.log'}"
     record = CellRecord.read(work / cell.name, cell)
     metrics = "".join(f", {k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
-    return f"{record.iterations}/{cell.iters} iterations, {record.steps_per_second:.2f} it/s{metrics}"
+    return head + f"{record.iterations}/{cell.iters} iterations, {record.steps_per_second:.2f} it/s{metrics}"
 
 
 # ------------------------------------------------------------------------------------------------ zoo entries
@@ -378,9 +425,11 @@ def add_to_zoo(
     benchmarks: Path | None,
     names: list[str] | None = None,
     force: bool = False,
+    recordings: Path | None = None,
     log=print,
 ) -> list[str]:
-    """Evaluate finished cells on ``datasets`` still missing, then merge them into ``manifest``."""
+    """Evaluate finished cells on ``datasets`` still missing, then merge them into ``manifest``, and their
+    ISS-P/IHT recordings into ``recordings`` (see ``add_recordings``)."""
     from .zoo import DEFAULT_HUB_REPO, merge_entries
 
     manifest.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +445,36 @@ def add_to_zoo(
             raise FileNotFoundError(f"{cell.name}: no metrics on {', '.join(missing)}; pass --data-dir")
         entries.append(zoo_entry(record, folder, manifest.parent, DEFAULT_HUB_REPO))
         log(f"{cell.name}: " + ", ".join(f"{s} {m['psnr']:.2f}" for s, m in entries[-1]["metrics"].items()))
-    return merge_entries(manifest, entries, force=force)
+    added = merge_entries(manifest, entries, force=force)
+    if recordings is not None:
+        for folder in add_recordings(plan, work, recordings, names=added):
+            log(f"recording {folder}")
+    return added
+
+
+def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> list[Path]:
+    """For every group whose ISS-P and IHT cells are among ``names`` and were recorded: one recording of both
+    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name."""
+    from .ui.recording import RUNS, merge_recordings
+
+    written = []
+    for group in dict.fromkeys(c.group for c in plan.cells):
+        cells = {c.method: c for c in plan.cells if c.group == group and c.method in RUNS}
+        parts = {run: work / cells[run].name / "recording" for run in cells}
+        if set(cells) != set(RUNS) or not all(c.name in names and (parts[r] / "run.json").is_file()
+                                              for r, c in cells.items()):  # fmt: skip
+            continue
+        record = CellRecord.read(work / cells["iss-p"].name, cells["iss-p"])
+        out = root / f"{group}_{'cpu' if record.device.startswith('cpu') else 'gpu'}"
+        if out.exists():
+            shutil.rmtree(out)
+        config = json.loads((parts["iss-p"] / "run.json").read_text())
+        config["command"] = f"python -m iss zoo train --plan {plan.path.name} (cells of {group})"
+        written.append(merge_recordings(parts, out, {k: v for k, v in config.items() if k not in _PER_RUN}))
+    return written
+
+
+_PER_RUN = ("layers", "iterations_done", "finetune_from", "states", "seconds")
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -437,6 +515,12 @@ def add_commands(sub: Any, common: Any) -> None:
     )
     add.add_argument("--cells", help="only these cells (comma-separated names)")
     add.add_argument("--force", action="store_true", help="let a CPU-trained cell replace a GPU-trained one")
+    add.add_argument(
+        "--recordings",
+        type=Path,
+        default=REPO_ROOT / "assets" / "recordings",
+        help="where the ISS-P vs IHT recordings of added groups go (the Analysis tab's)",
+    )
     budget = sub.add_parser("budget", parents=[worked], help="set the plan's iterations from throughput")
     budget.add_argument("--throughput", type=Path, required=True, help="benchmarks/train_throughput.py JSON")
     budget.add_argument("--cell-minutes", type=float, required=True, help="training minutes per cell")
@@ -462,7 +546,7 @@ def run(args: Any) -> int:
         throughput = json.loads(args.throughput.read_text())
         budgets = fit_budgets(args.plan, throughput, args.cell_minutes, jobs=args.jobs, skip=started)
         for group, iters in budgets.items():
-            print(f"{group}: {iters} iterations")
+            print(f"{group}: {iters} iterations" if iters else f"{group}: not measured, budget kept")
         print(f"kept the budgets of started groups: {', '.join(sorted(started)) or '-'}")
         return 0
     plan = load_plan(args.plan)
@@ -511,6 +595,7 @@ def run(args: Any) -> int:
         benchmarks=args.data_dir / "benchmarks",
         names=names,
         force=args.force,
+        recordings=args.recordings,
     )
     print(f"{manifest}: added or replaced {len(added)} entries: {', '.join(added) or '-'}")
     return 0

@@ -200,8 +200,8 @@ def fit_budgets(
 
     ``throughput`` is ``benchmarks/train_throughput.py``'s JSON: the ``fast`` rows give steps/s per process
     for (arch, batch, patch) with ``jobs`` processes at once (else one). K_p becomes half the budget and the
-    LR halves at 80% and 90% of it. Groups in ``skip`` (already started) keep their budget. Returns the new
-    iterations per group.
+    LR halves at 80% and 90% of it. Groups in ``skip`` (already started) or not measured keep their budget.
+    Returns the new iterations per group (0: not measured).
     """
     path = Path(path)
     raw = json.loads(path.read_text())
@@ -214,8 +214,10 @@ def fit_budgets(
             continue
         if name not in budgets:
             rate = _steps_per_second(throughput, fields["arch"], fields["batch"], fields["patch"], jobs)
-            budgets[name] = max(100, int(cell_minutes * 60 * rate) // 100 * 100)
+            budgets[name] = max(100, int(cell_minutes * 60 * rate) // 100 * 100) if rate else 0
         iters = budgets[name]
+        if not iters:  # not measured: the group keeps its budget
+            continue
         group.update(iters=iters, prune_iters=iters // 2, milestones=[iters * 8 // 10, iters * 9 // 10])
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(raw, indent=1) + "\n")
@@ -224,15 +226,14 @@ def fit_budgets(
     return budgets
 
 
-def _steps_per_second(throughput: dict[str, Any], arch: str, batch: int, patch: int, jobs: int) -> float:
-    """The measured fast-mode steps/s per process for this configuration (``jobs`` at once if measured)."""
+def _steps_per_second(
+    throughput: dict[str, Any], arch: str, batch: int, patch: int, jobs: int
+) -> float | None:
+    """The measured fast-mode steps/s per process for this configuration (``jobs`` at once if measured),
+    None if it was not measured."""
     rows = [r for r in throughput["rows"] if r["mode"] == "fast" and (r["arch"], r["batch"], r["patch"]) ==
             (arch, batch, patch)]  # fmt: skip
     row = next((r for r in rows if r["jobs"] == jobs), None) or next(
         (r for r in rows if r["jobs"] == 1), None
     )
-    if row is None:
-        raise KeyError(
-            f"no fast-mode throughput for {arch} at batch {batch}, patch {patch} in the benchmark file"
-        )
-    return float(row["steps_per_second"])
+    return float(row["steps_per_second"]) if row else None

@@ -27,7 +27,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,8 +123,8 @@ class TrainEvent:
 
     ``loss`` and ``stats`` are read back only on checked iterations (every one on the CPU; every
     ``log_every``-th, before saves and at the end on CUDA, so the GPU never waits), else None; ``val_psnr``
-    only when it validated at this iteration. ``trainer`` gives the model, pruner, optimizer and the loss
-    tensor of the step (``trainer.last_loss``) for consumers that record more.
+    only when it validated at this iteration. ``trainer`` gives the pruner, the optimizer and the loss tensor
+    of the step (``trainer.last_loss``) for consumers that record more.
     """
 
     iteration: int
@@ -137,6 +137,7 @@ class TrainEvent:
     checkpoint: Path | None = None  # set on the last event: the final sparse checkpoint
     saved: bool = False  # state.pt was written at this iteration
     trainer: Trainer | None = None
+    model: nn.Module | None = None  # the model itself (``trainer.model`` may be a compiled/DDP wrapper)
 
 
 class _IterationBatches(torch.utils.data.Sampler):
@@ -303,14 +304,14 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
 
 
 def train(
-    config: TrainConfig, *, resume: bool = False, deadline: float | None = None
+    config: TrainConfig, *, resume: bool = False, stop: Callable[[], bool] | None = None
 ) -> Iterator[TrainEvent]:
     """Run ``config`` and yield a ``TrainEvent`` per iteration; writes log.jsonl, state.pt, model.safetensors.
 
     With ``resume`` and an existing ``out/state.pt`` it continues from there exactly. Without ``resume`` an
     ``out`` that already holds a state is refused, so a finished run is never overwritten by accident.
-    ``deadline`` (a ``time.monotonic()`` value): once it has passed, the run saves its state after the
-    current iteration and returns early, logging ``paused``; resuming continues exactly where it stopped.
+    ``stop`` is asked before every iteration (e.g. has a deadline passed, was SIGTERM received): once it
+    says yes, the run saves its state and returns early, logging ``paused``; resuming continues exactly.
     """
     from iss import archs, pruning
 
@@ -353,7 +354,7 @@ def train(
     iteration = start
     try:
         for lr, hr in batches:
-            if deadline is not None and time.monotonic() >= deadline:
+            if stop is not None and stop():
                 break
             iteration += 1
             last = iteration == config.iters
@@ -369,7 +370,7 @@ def train(
                                "iteration": iteration})  # fmt: skip
             event = TrainEvent(
                 iteration, loss.item() if checked else None, learning_rate, pruner.stage,
-                pruner.stats if logging else None, trainer=trainer,
+                pruner.stats if logging else None, trainer=trainer, model=model,
             )  # fmt: skip
             if val_samples and (iteration % config.val_every == 0 or last):
                 event.val_psnr = _validate(model, val_samples, config.scale, device)
@@ -386,7 +387,7 @@ def train(
             yield event
         else:
             return
-        # The deadline passed: keep everything up to this iteration (its loss checked first) and stop.
+        # Asked to stop: keep everything up to this iteration (its loss checked first) and return.
         if trainer.last_loss is not None and iteration > start:
             check_loss(trainer.last_loss, iteration)
         if state_path and iteration > start:

@@ -148,8 +148,8 @@ def malformed_zoo(tiny_zoo: str, tmp_path_factory: pytest.TempPathFactory) -> st
     good_entry = json.loads(Path(tiny_zoo).read_text())["entries"][0]
     entries = [
         good_entry,
-        _entry("int16_x2_iht_r0.5", int16, 2, 0.5, "iht"),
-        _entry("unknown_x2_iht_r0.5", unknown, 2, 0.5, "iht"),
+        _entry("int16_x2_iss-p_r0.5", int16, 2, 0.5, "iss-p"),  # one method each: the app asks for methods
+        _entry("unknown_x2_l1_r0.5", unknown, 2, 0.5, "l1"),
     ]
     out = tmp_path_factory.mktemp("malformed")
     for entry in entries:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -56,12 +57,13 @@ def zoo_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _load_app() -> ModuleType:
-    """``app.py`` imported as a module."""
+    """``app.py`` imported as a module (registered: gradio looks a component subclass's module up by name)."""
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
-    return app
+    if "app" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
+        sys.modules["app"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["app"])
+    return sys.modules["app"]
 
 
 def _launch(demo: Any, app: ModuleType) -> str:
@@ -88,20 +90,35 @@ def client(app_url: str, tmp_path: Path):
     return Client(app_url, verbose=False, download_files=str(tmp_path))
 
 
-def test_endpoints_are_named(client) -> None:
+def test_api_names_and_types(client) -> None:
+    """What ``view_api`` tells a client: named parameters with their types, named outputs."""
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert {"/upscale", "/train", "/recorded", "/sparsity"} <= set(endpoints)
+    assert {"/upscale", "/train", "/recorded", "/sparsity", "/layers"} <= set(endpoints)
+    upscale = endpoints["/upscale"]
+    params = {p["parameter_name"]: p for p in upscale["parameters"]}
+    assert list(params) == ["image", "backbone", "scale", "ratio", "methods", "mode", "sparse"]
+    assert params["scale"]["python_type"]["type"] == "int"
+    assert params["ratio"]["python_type"]["type"] == "float"
+    train = {p["parameter_name"]: p for p in endpoints["/train"]["parameters"]}
+    assert train["layers"]["python_type"]["type"] == "list[str]"
+    assert train["iterations"]["type"]["type"] == "integer"
+    assert train["backbone"]["parameter_default"] == "swinir-light"
+    for name, endpoint in endpoints.items():
+        labels = [r["label"] for r in endpoint["returns"]]
+        assert not [label for label in labels if label.startswith("value_")], (name, labels)
 
 
-def test_upscale_returns_pngs_and_a_table(client, zoo_path: str) -> None:
+@pytest.mark.parametrize("scale", [4, "4"], ids=["int", "text"])
+def test_upscale_returns_pngs_and_a_table(client, zoo_path: str, scale) -> None:
     from gradio_client import handle_file
 
     methods = compare.method_choices("swinir-light", 4, 0.9, zoo_path)  # what the UI selects by default
-    assert methods == ["bicubic", "tiny_x4_iss-p_r0.9"]
+    assert methods == ["bicubic", "iss-p"]
     example = compare.EXAMPLES_DIR / "pagoda.png"
-    slider, region, grid, table, files, _status, left, _right = client.predict(
-        handle_file(str(example)), 4, methods, compare.MODE_HR, False, api_name="/upscale"
-    )
+    slider, region, grid, table, files, status, left, _right = client.predict(
+        handle_file(str(example)), "swinir-light", scale, 0.9, methods, compare.MODE_HR, False,
+        api_name="/upscale",
+    )  # fmt: skip
     for path in [*slider, region]:
         with Image.open(path) as im:
             assert im.format == "PNG" and im.size == (240, 240)
@@ -109,10 +126,26 @@ def test_upscale_returns_pngs_and_a_table(client, zoo_path: str) -> None:
     assert table["headers"] == compare.TABLE_HEADERS
     rows = {row[0]: row for row in table["data"]}
     assert set(rows) == set(methods) and float(rows["bicubic"][1]) > 15
-    assert float(rows["tiny_x4_iss-p_r0.9"][1]) > 0 and "%" in rows["tiny_x4_iss-p_r0.9"][3]
+    assert float(rows["iss-p"][1]) > 0 and "%" in rows["iss-p"][3]
     assert len(files) == 2
     assert all(str(f).endswith(".png") for f in files)
     assert left["value"] == "bicubic"  # the pair dropdowns get new choices: an update
+    assert "swinir-light x4" in status and "2 method(s) ran" in status
+
+
+def test_upscale_at_a_scale_without_checkpoints_says_so(client, zoo_path: str) -> None:
+    from gradio_client import handle_file
+
+    *_, table, _files, status, _left, _right = client.predict(
+        handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 2, None, ["bicubic", "iss-p"],
+        compare.MODE_HR, False, api_name="/upscale",
+    )  # fmt: skip
+    assert (
+        "No pruned swinir-light x2 checkpoint in the zoo" in status
+        and "The zoo has: swinir-light x4 r0.9 (iss-p)" in status
+    )
+    assert [row[0] for row in table["data"]] == ["bicubic", "iss-p"]
+    assert table["data"][1][1].startswith("unavailable: no swinir-light x2 iss-p checkpoint")
 
 
 def _peak_rss_reset() -> int:
@@ -137,8 +170,8 @@ def test_hostile_uploads_get_one_line_each_and_the_server_stays_up(client, tmp_p
         (tmp_path / name).write_bytes(content)
         start = time.perf_counter()
         with pytest.raises(AppError) as err:
-            client.predict(handle_file(str(tmp_path / name)), 4, ["bicubic"], compare.MODE_HR, False,
-                           api_name="/upscale")  # fmt: skip
+            client.predict(handle_file(str(tmp_path / name)), "swinir-light", 4, None, ["bicubic"],
+                           compare.MODE_HR, False, api_name="/upscale")  # fmt: skip
         message = str(err.value)
         assert message.startswith(f"{name}: ") and expected in message, message
         assert compare.INPUT_POLICY in message and "\n" not in message and "/tmp" not in message
@@ -146,9 +179,9 @@ def test_hostile_uploads_get_one_line_each_and_the_server_stays_up(client, tmp_p
     assert _status_bytes("VmHWM") - baseline < 300e6  # nothing was decoded at full size
     assert "Traceback" not in capfd.readouterr().err
     example = compare.EXAMPLES_DIR / "pagoda.png"  # the next normal request works
-    result = client.predict(handle_file(str(example)), 4, ["bicubic"], compare.MODE_HR, False,
-                            api_name="/upscale")  # fmt: skip
-    assert result[5].startswith("x4: LR 60x60 to 240x240")
+    result = client.predict(handle_file(str(example)), "swinir-light", 4, None, ["bicubic"], compare.MODE_HR,
+                            False, api_name="/upscale")  # fmt: skip
+    assert result[5].startswith("swinir-light x4: LR 60x60 to 240x240")
 
 
 @pytest.mark.parametrize(
@@ -162,6 +195,8 @@ def test_hostile_uploads_get_one_line_each_and_the_server_stays_up(client, tmp_p
         ({"scale": None}, "scale must be one of 2, 3, 4, got None"),
         ({"mode": "x"}, "unknown input mode 'x'"),
         ({"sparse": "yes"}, "sparse must be true or false"),
+        ({"backbone": "resnet"}, "backbone must be one of"),
+        ({"ratio": "high"}, "ratio must be a number in [0, 1), got 'high'"),
     ],
 )
 def test_api_mistakes_get_one_line_and_no_server_traceback(
@@ -171,8 +206,9 @@ def test_api_mistakes_get_one_line_and_no_server_traceback(
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError
 
-    args = {"image": handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "scale": 4,
-            "methods": ["bicubic"], "mode": compare.MODE_HR, "sparse": False} | change  # fmt: skip
+    args = {"image": handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "backbone": "swinir-light",
+            "scale": 4, "ratio": None, "methods": ["bicubic"], "mode": compare.MODE_HR,
+            "sparse": False} | change  # fmt: skip
     with pytest.raises(AppError, match=re.escape(expected)):
         client.predict(*args.values(), api_name="/upscale")
     assert "Traceback" not in capfd.readouterr().err
@@ -192,14 +228,6 @@ def test_sparsity_mistakes_get_one_line_and_no_server_traceback(client, capfd, n
     assert kept["type"] == "plotly"
 
 
-def test_scale_given_as_text_is_accepted(client) -> None:
-    from gradio_client import handle_file
-
-    result = client.predict(handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "4", ["bicubic"],
-                            compare.MODE_HR, False, api_name="/upscale")  # fmt: skip
-    assert result[5].startswith("x4:")
-
-
 def test_upscale_downloads_are_deleted_with_gradios_cache(zoo_path: str) -> None:
     """Issue 17 item 4: the PNGs live in Gradio's cache, so its cleaning (here at shutdown) removes them."""
     from gradio_client import Client, handle_file
@@ -209,8 +237,8 @@ def test_upscale_downloads_are_deleted_with_gradios_cache(zoo_path: str) -> None
     before = set(Path(tempfile.gettempdir()).glob("iss-sr-*"))
     client = Client(_launch(demo, app), verbose=False, download_files=False)
     try:
-        files = client.predict(handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), 4,
-                               ["bicubic", "tiny_x4_iss-p_r0.9"], compare.MODE_LR, False,
+        image = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))
+        files = client.predict(image, "swinir-light", 4, 0.9, ["bicubic", "iss-p"], compare.MODE_LR, False,
                                api_name="/upscale")[4]  # fmt: skip
         paths = [Path(f["path"]) for f in files]
         assert len(paths) == 2 and all(p.is_file() for p in paths)
@@ -242,8 +270,38 @@ def test_train_streams_then_stops_on_cancel(client) -> None:
     assert "500 / 500" not in job.outputs()[-1][3]
 
 
+def test_train_layers_follow_the_backbone(client) -> None:
+    names = client.predict("edsr-baseline", 2, api_name="/layers")
+    assert names == analysis.prunable_layers("edsr-baseline", 2) and "body.0.conv1.weight" in names
+    layers = ["body.0.conv1.weight", "conv_last.weight"]
+    flips, *_, status = client.predict(
+        "edsr-baseline", 2, 0.9, 0.95, 1, 10, 8, 1, layers, analysis.RANDOM_INIT, api_name="/train"
+    )
+    assert "1 / 1" in status and "edsr-baseline x2" in status
+    assert "ISS-P body.0.conv1" in flips["plot"] and "IHT conv_last" in flips["plot"]
+
+
+def test_typed_inputs_refuse_nonsense_with_a_message() -> None:
+    """NaN (gradio_client cannot send it) and text where numbers go: a message, not ``{"error": null}``."""
+    import gradio as gr
+
+    app = _load_app()
+    count = app.WholeNumber(5, precision=0, label="Iterations")
+    with pytest.raises(gr.Error, match="Iterations must be a finite whole number"):
+        count.preprocess(float("nan"))
+    assert count.preprocess(7.0) == 7
+    ratio = app.NumberDropdown([0.95], value=0.95, label="Pruning ratio", allow_custom_value=True)
+    assert ratio.preprocess("0.9") == 0.9
+    with pytest.raises(gr.Error, match="Pruning ratio must be a number"):
+        ratio.preprocess("high")
+    scale = app.IntRadio([2, 3, 4], value=4, label="Scale")
+    assert scale.preprocess("3") == 3 and scale.api_info()["type"] == "integer"
+
+
 @pytest.mark.browser
-def test_browser_compare_then_analysis_plot(app_url: str, tmp_path: Path) -> None:
+def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
+    """A user's session: compare (every zoom tile visible, no cell wrapped), train then Stop (plots kept,
+    "stopped at iteration N", no error badge), and the Sparsity tab drawn on opening."""
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing on CI (.ci/run installs Debian's chromium)")
@@ -258,16 +316,34 @@ def test_browser_compare_then_analysis_plot(app_url: str, tmp_path: Path) -> Non
             page.locator("input[type=file]").first.set_input_files(
                 str(compare.EXAMPLES_DIR / "launch_towers.png")
             )
-            page.get_by_role("button", name="Compare").click()
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('img')].filter("
-                "i => i.src.includes('gradio_api/file') && i.src.endsWith('.png')).length >= 3",
-                timeout=120_000,
-            )
-            page.get_by_text("bicubic").first.wait_for(timeout=10_000)
+            page.get_by_text("Expected: about").first.wait_for(timeout=120_000)  # before running
+            page.get_by_role("button", name="Compare", exact=True).click()
+            page.get_by_text("method(s) ran").first.wait_for(timeout=120_000)
+            assert page.locator("#zoom-gallery .thumbnail-item").count() == 4  # HR, LR, bicubic, iss-p
+            assert page.evaluate(TILES_VISIBLE), "a zoom tile is cut off"
+            assert page.evaluate(CELLS_WHOLE), "a table cell wraps or is truncated"
+            assert page.get_by_text(compare.ZOOM_NOTE).is_visible()  # region PSNR vs whole-image PSNR
             page.get_by_role("tab", name="Analysis").click()
+            page.get_by_text("Expected on this CPU").first.wait_for(timeout=60_000)
             page.get_by_role("button", name="Train ISS-P vs IHT").click()
             page.wait_for_selector(".js-plotly-plot .scatterlayer .trace", timeout=180_000)
-            page.get_by_role("button", name="Stop").click()
+            page.get_by_role("button", name="Stop").click(force=True)  # plots redraw each second
+            page.get_by_text("Stopped at iteration").first.wait_for(timeout=120_000)
+            assert page.locator(".js-plotly-plot").count() == 3  # the live plots stay
+            assert page.get_by_text("Error", exact=True).count() == 0
+            page.get_by_role("tab", name="Sparsity").click()  # no button to press
+            page.wait_for_selector("#sparsity-structure .js-plotly-plot .heatmaplayer", timeout=60_000)
         finally:
             browser.close()
+
+
+TILES_VISIBLE = """() => {
+    const wrap = document.querySelector('#zoom-gallery .grid-wrap').getBoundingClientRect();
+    return [...document.querySelectorAll('#zoom-gallery .thumbnail-item')].every(t => {
+        const r = t.getBoundingClientRect();
+        return r.top >= wrap.top - 1 && r.bottom <= wrap.bottom + 1;
+    });
+}"""
+CELLS_WHOLE = """() => [...document.querySelectorAll('#results-table td .cell-wrap')].every(
+    c => getComputedStyle(c).whiteSpace === 'nowrap' && c.scrollWidth <= c.clientWidth + 1
+)"""

@@ -411,7 +411,7 @@ def train_folder(tmp_path: Path) -> Path:
 
 def test_train_patches_shapes_and_skip(train_folder: Path) -> None:
     Image.fromarray(_random_image(10, 60)).save(train_folder / "tiny.png")  # smaller than the HR patch
-    with pytest.warns(UserWarning, match="skipping .*tiny.png"):
+    with pytest.warns(UserWarning, match=r"skipping 1 images of .* smaller than the HR patch 24: tiny.png"):
         ds = TrainPatches(train_folder, scale=3, patch=8, length=20)
     assert len(ds) == 20 and len(ds.hr_images) == 3
     for lr, hr in (ds[i] for i in range(len(ds))):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from PIL import Image
 
 from iss import checkpoint, factory, train, zoo
 from iss.plan import load_plan
+from iss.ui.recording import load_recording, optimizer_runs
 from tests.common import ROOT
 
 TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
@@ -94,6 +96,12 @@ def test_a_cell_paused_at_its_deadline_resumes_exactly(
 
     record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
     assert record.trained and record.train_seconds > 0 and set(record.metrics) == {"Set5"}
+    # ISS-P of a group that also trains IHT is recorded for the Analysis tab, across the pause.
+    config, traces = load_recording(folder / "recording")
+    assert traces["iss-p"].iterations == list(range(1, cell.iters + 1))
+    assert np.isfinite(traces["iss-p"].loss).all() and traces["iss-p"].finetune_from == cell.prune_iters
+    assert [s["iteration"] for s in config["states"]] == [cell.prune_iters // 2, cell.prune_iters * 3 // 4]
+    assert optimizer_runs(folder / "recording" / config["states"][0]["file"]) == ["iss-p"]
     finished, reference = (
         _tensors(folder / "model.safetensors"),
         _tensors(Path(straight.out) / "model.safetensors"),
@@ -158,8 +166,20 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
         assert all(torch.equal(got[k], want[k]) for k in want), cell.name
 
     manifest = tmp_path / "zoo" / "zoo.json"
-    added = factory.add_to_zoo(plan, work, manifest, datasets=["Set5"], benchmarks=data_dir / "benchmarks")
+    added = factory.add_to_zoo(
+        plan,
+        work,
+        manifest,
+        datasets=["Set5"],
+        benchmarks=data_dir / "benchmarks",
+        recordings=tmp_path / "rec",
+    )
     assert added == [c.name for c in plan.cells]
+    # The x2 group trained ISS-P and IHT: one recording of both, with states the live run can start from.
+    config, traces = load_recording(tmp_path / "rec" / "swinir-light_x2_r0.5_cpu")
+    assert set(traces) == {"iss-p", "iht"} and config["iterations_done"] == 150
+    state = tmp_path / "rec" / "swinir-light_x2_r0.5_cpu" / config["states"][-1]["file"]
+    assert sorted(optimizer_runs(state)) == ["iht", "iss-p"]
     for entry in zoo.load_zoo(manifest):
         zoo.verify(entry.bundled, entry)
         model, meta = checkpoint.load(entry.bundled)
@@ -183,3 +203,41 @@ def test_merge_keeps_a_gpu_entry_from_a_cpu_one(tmp_path: Path) -> None:
         zoo.merge_entries(manifest, [base])
     assert zoo.merge_entries(manifest, [base], force=True) == [base["name"]]
     assert [e.budget["device"] for e in zoo.load_zoo(manifest)] == ["cpu"]
+
+
+@pytest.mark.slow
+def test_sigterm_pauses_the_running_cells_cleanly(tmp_path: Path, data_dir: Path) -> None:
+    """Stopping ``zoo train`` (SIGTERM, as ``kill`` does) pauses each running cell where it is: its state
+    and record agree, nothing is lost since the last save, and the log says ``paused``."""
+    plan_path = _plan(tmp_path, iters=(5000, 60))
+    work = tmp_path / "work"
+    command = [
+        sys.executable,
+        "-m",
+        "iss",
+        "zoo",
+        "train",
+        "--plan",
+        str(plan_path),
+        "--work",
+        str(work),
+        "--data-dir",
+        str(data_dir),
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--minutes",
+        "9",
+    ]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = work / "swinir-light_x2_iss-p_r0.5" / "log.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 2):
+        time.sleep(0.5)  # started, and trained past its first 100 iterations
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0, process.stdout.read()[-2000:]
+    record = json.loads((work / "swinir-light_x2_iss-p_r0.5" / "cell.json").read_text())
+    state = torch.load(work / "swinir-light_x2_iss-p_r0.5" / "state.pt", weights_only=True)
+    assert 100 <= record["iterations"] == state["iteration"] < 5000
+    assert json.loads(log.read_text().splitlines()[-1])["event"] == "paused"

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+import threading
 from pathlib import Path
 
-import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
 from common import ROOT, TINY
 
-from iss.ui import analysis, figures
+import iss
+from iss.train import NonFiniteLossError
+from iss.ui import analysis
 from iss.ui.recording import load_recording, load_state, save_recording, save_state
 
 
@@ -25,7 +29,7 @@ def test_train_live_streams_updates() -> None:
     assert len(updates) >= 3
     flips, grads, training, status = updates[-1]
     assert all(isinstance(f, go.Figure) for f in (flips, grads, training))
-    assert "3 / 3" in status and "too short" in status
+    assert "3 / 3" in status and "too short" in status and "K_p 2," in status
     names = {trace.name for trace in flips.data}
     assert any(n.startswith("ISS-P") for n in names) and any(n.startswith("IHT") for n in names)
     # same init, same batches: the first losses agree exactly
@@ -58,11 +62,6 @@ def test_live_run_state_round_trip(tmp_path: Path) -> None:
     assert traces["iss-p"].grad_norm[layer] == pytest.approx(run.traces["iss-p"].grad_norm[layer], rel=0.01)
 
 
-def test_downsample_keeps_mass() -> None:
-    x, y = figures.downsample(list(range(1000)), [1.0 if i % 10 == 0 else 0.0 for i in range(1000)], 100)
-    assert len(x) == 100 and np.mean(y) == pytest.approx(0.1)
-
-
 @pytest.mark.slow  # two short training runs
 def test_record_analysis_script_writes_a_resumable_recording(tmp_path: Path, monkeypatch) -> None:
     import importlib.util
@@ -80,13 +79,20 @@ def test_record_analysis_script_writes_a_resumable_recording(tmp_path: Path, mon
     run = analysis.build_live_run("swinir-light", 2, 0.9, 0.95, 100_000, None, arch_kwargs=TINY)
     meta = load_state(out / "state_4.safetensors", run.models, run.pruners)
     assert meta["iteration"] == 4 and run.pruners["iht"].iteration == 4
-    # a live run can start from a recorded state; it goes on from the recorded iteration
+    # a live run can start from a recorded state (the latest by default), with Adam's moments as recorded
     monkeypatch.setattr(analysis, "RECORDINGS_DIR", tmp_path)
     assert analysis.recorded_states() == [analysis.RANDOM_INIT, "rec @ 2", "rec @ 4"]
+    assert analysis.default_start() == "rec @ 4"
+    settings = analysis.start_settings("rec @ 2")
+    assert settings["optimizer"] and settings["prune_iters"] == 100_000 and settings["ratio"] == 0.9
+    resumed = analysis.build_live_run("swinir-light", 2, 0.5, 0.5, 10, None, "rec @ 4")
+    assert resumed.optimizer_restored and resumed.config["prune_iters"] == 100_000
+    assert all(int(s["step"]) == 4 for s in resumed.trainers["iss-p"].optimizer.state.values())
     *_, status = list(
         analysis.train_live(iterations=2, start="rec @ 2", patch=8, batch=2, update_seconds=0.0)
     )[-1]
-    assert "iteration 4," in status and "too short" not in status
+    assert "iteration 4 " in status and "too short" not in status
+    assert "with the optimizer's state (Adam's moments) as recorded" in status and "K_p 100,000" in status
     figs = analysis.recorded_figures("rec")
     assert "4 iterations of each run" in figs[-1]
     assert record.main(["--out", str(out), "--rewrite", "--keep-states", "last"]) == 0
@@ -118,3 +124,99 @@ def test_rewrite_upgrades_states_without_threshold_hints(tmp_path: Path) -> None
         load_state(path, run.models, run.pruners)
     assert record.main(["--out", str(tmp_path), "--rewrite"]) == 0
     assert load_state(path, run.models, run.pruners) == {"iteration": 0}
+
+
+def _live(iterations: int = 3, **kwargs):
+    """A tiny live run from random init (``train_live``'s generator), updating after every iteration."""
+    options = dict(arch_kwargs=TINY, update_seconds=0.0, device="cpu", start=analysis.RANDOM_INIT)
+    return analysis.train_live("swinir-light", 2, 0.9, 0.95, iterations, 2, 8, 2, **{**options, **kwargs})
+
+
+def test_stop_keeps_the_plots_and_says_where() -> None:
+    stop = threading.Event()
+    stream = _live(50, stop=stop)
+    next(stream)
+    stop.set()
+    rest = list(stream)
+    assert len(rest) == 1  # one last update, then the run ends
+    flips, grads, training, status = rest[0]
+    assert "Stopped at iteration 2** (2 done; you pressed Stop)" in status and "2 / 50" in status
+    assert all(len(fig.data) > 0 for fig in (flips, grads, training))
+    assert len(next(t for t in training.data if t.name == "ISS-P loss").x) == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (NonFiniteLossError("loss is nan at iteration 2"), "Stopped: loss is nan at iteration 2"),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory"), "Stopped: out of memory at iteration 2"),
+    ],
+    ids=["nan-loss", "out-of-memory"],
+)
+def test_failures_end_with_a_message(monkeypatch: pytest.MonkeyPatch, error: Exception, message: str) -> None:
+    step = iss.train.Trainer.step
+    calls = []
+
+    def failing_step(self, lr, hr):
+        calls.append(1)
+        if len(calls) > 2:  # both runs did iteration 1
+            raise error
+        return step(self, lr, hr)
+
+    monkeypatch.setattr(iss.train.Trainer, "step", failing_step)
+    *_, (flips, _grads, _training, status) = list(_live(5))
+    assert message in status and "1 / 5" in status and len(flips.data) > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("iterations", math.nan, "iterations must be a whole number"),
+        ("prune_iters", math.nan, "K_p"),
+        ("prune_iters", math.inf, "K_p"),
+        ("ratio", 1.5, "pruning ratio must be between 0 and 1"),
+        ("alpha", math.nan, "alpha must be a finite number"),
+        ("patch", 4, "LR patch 8-64"),
+        ("batch", 2.5, "batch must be a whole number"),
+        ("arch", "resnet", "unknown backbone 'resnet'"),
+        ("layers", ["nope.weight"], "no prunable layer 'nope.weight'"),
+    ],
+)
+def test_bad_settings_get_a_clear_message(field: str, value, message: str) -> None:
+    settings = dict(
+        arch="swinir-light", scale=2, ratio=0.9, alpha=0.95, iterations=2, prune_iters=2, patch=8, batch=2
+    )
+    settings[field] = value
+    with pytest.raises(ValueError, match=re.escape(message)):
+        next(analysis.train_live(**settings, arch_kwargs=TINY, device="cpu", start=analysis.RANDOM_INIT))
+
+
+def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(analysis.cost, "gflops", lambda kind, arch, device: 50.0)
+    plan = analysis.plan_live_run("edsr-l", 4, 100, 64, 32, device="cpu")  # issue 17: 7.8 GB and counting
+    assert (plan.batch, plan.patch) != (32, 64) and plan.memory_bytes <= plan.budget_bytes
+    assert plan.seconds_per_iteration <= analysis.MAX_ITERATION_SECONDS
+    text = plan.describe()
+    assert "Batch 32 with LR patch 64 would need about" in text and f"shrunk to batch {plan.batch}" in text
+    assert "A live run stops after 15 min" in text
+    small = analysis.plan_live_run("swinir-light", 2, 5000, 16, 4, device="cpu")
+    assert (small.batch, small.patch, small.iterations) == (
+        4,
+        16,
+        2000,
+    ) and "capped at 2000" in small.describe()
+    monkeypatch.setattr(analysis.cost, "memory_budget", lambda device: 100e6)
+    with pytest.raises(ValueError, match="too big for a live run here even at batch 1 and LR patch 8"):
+        analysis.plan_live_run("edsr-l", 4, 10, 16, 4, device="cpu")
+
+
+def test_bundled_recording_is_the_default_start_and_says_it_lacks_optimizer_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(analysis.cost, "gflops", lambda kind, arch, device: 50.0)
+    start = analysis.default_start()
+    assert start == "swinir-light_x2_r0.95_cpu @ 4966"
+    settings = analysis.start_settings(start)
+    assert not settings["optimizer"] and settings["prune_iters"] == 100_000
+    text = analysis.plan_live_run("swinir-light", 4, 10, 16, 4, start, device="cpu").describe()
+    assert "without (an older recording: Adam restarts) optimizer state" in text and "swinir-light x2" in text

@@ -24,14 +24,22 @@ def _photo(size: int = 48) -> Image.Image:
     return Image.fromarray(img[:size, :size])
 
 
+def _compare(methods, scale: int = 2, image=None, **kwargs) -> compare.Comparison:
+    """``compare.compare`` of the tiny zoo's backbone at ratio 0.5 (dense, CPU unless told otherwise)."""
+    kwargs = {"sparse": False, "device": "cpu", **kwargs}
+    return compare.compare(
+        _photo() if image is None else image, "swinir-light", scale, 0.5, methods, **kwargs
+    )
+
+
 def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
     names = compare.method_choices("swinir-light", 2, 0.5, tiny_zoo)
-    assert names == ["bicubic", "tiny_x2_iht_r0.5", "missing_x2_iss-p_r0.5"]
-    comp = compare.compare(_photo(), 2, names, compare.MODE_HR, zoo_path=tiny_zoo, out_dir=str(tmp_path))
-    assert set(comp.results) == {"bicubic", "tiny_x2_iht_r0.5"}
+    assert names == ["bicubic", "iht", "iss-p"]
+    comp = _compare(names, zoo_path=tiny_zoo, out_dir=str(tmp_path))
+    assert set(comp.results) == {"bicubic", "iht"}
     assert comp.hr.shape == (48, 48, 3) and comp.lr.shape == (24, 24, 3)
     rows = {r[0]: r for r in comp.rows}
-    bicubic, tiny = rows["bicubic"], rows["tiny_x2_iht_r0.5"]
+    bicubic, tiny = rows["bicubic"], rows["iht"]
     assert bicubic[1] == pytest.approx(
         iss.metrics.psnr_y(iss.imresize(comp.lr, 2), comp.hr, crop_border=2), abs=0.01
     )
@@ -39,11 +47,8 @@ def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
     assert "(50.0%)" in tiny[3] or "(5" in tiny[3]  # about half of the weights kept
     assert tiny[5].endswith("MB")
     # the missing checkpoint is greyed out with its reason, not fatal
-    assert rows["missing_x2_iss-p_r0.5"][1].startswith("unavailable: ")
-    assert (
-        "missing" in rows["missing_x2_iss-p_r0.5"][1]
-        and "missing_x2_iss-p_r0.5 is unavailable" in comp.message
-    )
+    assert rows["iss-p"][1].startswith("unavailable: ")
+    assert "missing" in rows["iss-p"][1] and "iss-p is unavailable" in comp.message
     for path in comp.files:
         with Image.open(path) as im:
             assert im.format == "PNG" and im.size == (48, 48)
@@ -51,10 +56,10 @@ def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
 
 def test_sparse_kernels_toggle_gives_the_same_image(tiny_zoo: str) -> None:
     """The "sparse kernels" toggle runs the checkpoint through iss.sparsify: same pixels, its own time."""
-    name = "tiny_x2_iht_r0.5"
-    dense = compare.compare(_photo(), 2, [name], compare.MODE_HR, zoo_path=tiny_zoo, device="cpu")
-    fast = compare.compare(_photo(), 2, [name], compare.MODE_HR, sparse=True, zoo_path=tiny_zoo, device="cpu")
-    model, _ = compare.load_model(name, "cpu", True, tiny_zoo)
+    name = "iht"
+    dense = _compare([name], zoo_path=tiny_zoo)
+    fast = _compare([name], zoo_path=tiny_zoo, sparse=True)
+    model, _ = compare.load_model("tiny_x2_iht_r0.5", "cpu", True, tiny_zoo)
     assert any(isinstance(m, iss.sparse.SparseConv2d) for m in model.modules())
     diff = np.abs(fast.results[name].astype(int) - dense.results[name].astype(int))
     assert diff.max() <= 1  # equal within 1e-4 before rounding to uint8
@@ -81,7 +86,7 @@ def test_kept_weights_reflect_pruning(tiny_zoo: str) -> None:
     ids=["rgba", "gray", "16bit"],
 )
 def test_compare_accepts_rgba_gray_16bit(image: Image.Image) -> None:
-    comp = compare.compare(image, 2, ["bicubic"], compare.MODE_LR)
+    comp = _compare(["bicubic"], image=image, mode=compare.MODE_LR)
     assert comp.results["bicubic"].shape == (32, 40, 3)
     assert comp.results["bicubic"].dtype == np.uint8
     if image.mode == "RGBA":
@@ -91,23 +96,23 @@ def test_compare_accepts_rgba_gray_16bit(image: Image.Image) -> None:
 
 def test_size_cap_downscales_with_message() -> None:
     big = Image.new("RGB", (compare.MAX_SIDE[compare.MODE_LR] * 2, 40), (120, 80, 40))
-    comp = compare.compare(big, 2, ["bicubic"], compare.MODE_LR)
+    comp = _compare(["bicubic"], image=big, mode=compare.MODE_LR)
     assert max(comp.lr.shape[:2]) == compare.MAX_SIDE[compare.MODE_LR]
     assert "cap" in comp.message and "downscaled" in comp.message
 
 
 def test_user_mistakes_raise_clear_errors(tiny_zoo: str) -> None:
     with pytest.raises(ValueError, match="upload an image"):
-        compare.compare(None, 2, ["bicubic"])
+        compare.compare(None, "swinir-light", 2, 0.5, ["bicubic"])
     with pytest.raises(ValueError, match="none of the chosen methods"):
-        compare.compare(_photo(), 2, ["missing_x2_iss-p_r0.5"], zoo_path=tiny_zoo)
+        _compare(["iss-p"], zoo_path=tiny_zoo)
     with pytest.raises(ValueError, match="scale"):
-        compare.compare(_photo(), 5, ["bicubic"])
+        _compare(["bicubic"], scale=5)
 
 
 def test_pairs_zoom_and_overview(tiny_zoo: str) -> None:
-    comp = compare.compare(_photo(), 2, ["bicubic", "tiny_x2_iht_r0.5"], zoo_path=tiny_zoo)
-    assert compare.default_pair(comp) == ("bicubic", "tiny_x2_iht_r0.5")
+    comp = _compare(["bicubic", "iht"], zoo_path=tiny_zoo)
+    assert compare.default_pair(comp) == ("bicubic", "iht")
     left, right = compare.slider_pair(comp, compare.HR_LABEL, compare.LR_LABEL)
     assert left.shape == right.shape == (48, 48, 3)
     with pytest.raises(KeyError):
@@ -115,12 +120,9 @@ def test_pairs_zoom_and_overview(tiny_zoo: str) -> None:
     box = compare.zoom_box(comp, 47, 0, size=16)
     assert box == (32, 0, 48, 16)  # clamped to the image
     grid = compare.zoom_grid(comp, box, display=64)
-    assert [c.split(" dB ")[-1] for _, c in grid] == [
-        compare.HR_LABEL,
-        compare.LR_LABEL,
-        "bicubic",
-        "tiny_x2_iht_r0.5",
-    ]
+    assert [c.split()[0] for _, c in grid] == ["HR", "LR", "bicubic", "iht"]
+    region_psnr = iss.metrics.psnr_y(comp.results["iht"][0:16, 32:48], comp.hr[0:16, 32:48], 0)
+    assert grid[-1][1] == f"iht {region_psnr:.2f}"  # the region's PSNR, not the whole image's
     assert all(tile.shape == (64, 64, 3) for tile, _ in grid)
     marked = compare.overview(comp, box)
     assert tuple(marked[0, 40]) == (255, 0, 0) and not np.array_equal(marked, comp.hr)
@@ -141,19 +143,84 @@ def test_examples_bundled_and_urban100_crops(tmp_path: Path) -> None:
     assert Path(crops[0][0]).parent == tmp_path / "crops"
 
 
+def test_backbones_are_every_zoo_and_library_backbone(tiny_zoo: str) -> None:
+    archs = compare.backbones(tiny_zoo)
+    assert archs[0] == "swinir-light" and set(archs) == set(iss.archs.list_archs())
+
+
+def test_a_scale_without_checkpoints_says_what_the_zoo_has(tiny_zoo: str) -> None:
+    note = compare.availability("swinir-light", 4, tiny_zoo)
+    assert "No pruned swinir-light x4 checkpoint" in note and "swinir-light x2 r0.5 (iht, iss-p)" in note
+    assert compare.availability("swinir-light", 2, tiny_zoo) == ""
+    assert compare.method_choices("swinir-light", 4, None, tiny_zoo) == ["bicubic"]
+    comp = compare.compare(_photo(), "swinir-light", 4, None, ["bicubic", "iht"], zoo_path=tiny_zoo)
+    assert list(comp.results) == ["bicubic"] and note in comp.message
+    assert "no swinir-light x4 iht checkpoint in the zoo; it has: swinir-light x2" in comp.rows[1][1]
+
+
+def test_find_entry_is_driven_by_the_manifest(tiny_zoo: str, tmp_path: Path) -> None:
+    assert compare.find_entry("swinir-light", 2, 0.5, "iht", tiny_zoo).name == "tiny_x2_iht_r0.5"
+    manifest = json.loads(Path(tiny_zoo).read_text())
+    newer = {**manifest["entries"][0], "name": "newer_x2_iht_r0.5"}
+    (tmp_path / "zoo.json").write_text(json.dumps({**manifest, "entries": [*manifest["entries"], newer]}))
+    assert compare.find_entry("swinir-light", 2, 0.5, "iht", str(tmp_path / "zoo.json")).name == newer["name"]
+    with pytest.raises(FileNotFoundError, match=r"edsr-l x2 r0\.5 iht"):
+        compare.find_entry("edsr-l", 2, 0.5, "iht", tiny_zoo)
+    assert compare.all_methods(tiny_zoo) == ["bicubic", "iht", "iss-p"]
+
+
+def test_compare_streams_one_result_per_method(tiny_zoo: str) -> None:
+    steps = list(
+        compare.compare_steps(
+            _photo(), "swinir-light", 2, 0.5, ["bicubic", "iht"], sparse=False, zoo_path=tiny_zoo
+        )
+    )
+    assert [list(s.results) for s in steps] == [["bicubic"], ["bicubic", "iht"]]
+    assert "1 of 2 methods done; running iht" in steps[0].message and steps[-1].files
+
+
+def test_estimate_and_time_bound_crop_the_input(tiny_zoo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    image = _photo(96)
+    found = compare.estimate(
+        image, "swinir-light", 2, 0.5, ["bicubic", "iht"], zoo_path=tiny_zoo, sparse=False
+    )
+    assert set(found.seconds) == {"bicubic", "iht"} and found.lr_size == (48, 48) and not found.note
+    assert found.describe().startswith("**Expected: about") and "LR 48x48 to 96x96" in found.describe()
+    monkeypatch.setattr(compare, "MAX_SECONDS", sum(found.seconds.values()) / 4)
+    comp = _compare(["bicubic", "iht"], image=image, zoo_path=tiny_zoo)
+    assert comp.lr.shape == (24, 24, 3) and comp.hr.shape == (48, 48, 3)  # the central half of each side
+    assert "cropped to its central 24x24" in comp.message
+    np.testing.assert_array_equal(
+        comp.hr, iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")[24:72, 24:72]
+    )
+
+
+def test_sparse_kernels_are_the_default_where_measured_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    speeds = {"dense": 10.0, "sparse": 20.0}
+    monkeypatch.setattr(compare.cost, "gflops", lambda kind, arch, device: speeds[kind])
+    assert compare.sparse_by_default("edsr-l", "cpu") and not compare.sparse_by_default("edsr-l", "cuda")
+    speeds["sparse"] = 5.0
+    assert not compare.sparse_by_default("edsr-l", "cpu")
+
+
+METHODS = ("iht", "iss-p", "l1", "scratch")
+
+
 def _hub_zoo(folder: Path, names: list[str]) -> tuple[str, dict[str, bytes]]:
-    """A zoo of tiny x2 checkpoints, bundled and published at ``iss-sr/zoo@main``; manifest and files."""
+    """A zoo of tiny x2 checkpoints (methods in ``METHODS`` order), bundled and published at
+    ``iss-sr/zoo@main``; manifest and files."""
     folder.mkdir(parents=True, exist_ok=True)
     entries, files = [], {}
     for i, name in enumerate(names):
         torch.manual_seed(i)
+        method = METHODS[i]  # one entry per method: the app finds checkpoints by method
         model = iss.archs.build("swinir-light", 2, **TINY)
         masks = iss.pruning.build("iht", model, 0.5, prune_iters=0).masks
-        meta = {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY, "method": "iht", "ratio": 0.5}
+        meta = {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY, "method": method, "ratio": 0.5}
         path = iss.checkpoint.save(model, folder / f"{name}.safetensors", meta, masks)
         files[path.name] = path.read_bytes()
         entries.append({
-            "name": name, "arch": "swinir-light", "scale": 2, "method": "iht", "ratio": 0.5,
+            "name": name, "arch": "swinir-light", "scale": 2, "method": method, "ratio": 0.5,
             "file": path.name, "sha256": hashlib.sha256(files[path.name]).hexdigest(),
             "size_bytes": len(files[path.name]),
             "hub": {"repo_id": "iss-sr/zoo", "revision": "main", "filename": path.name},
@@ -182,14 +249,14 @@ def test_corrupt_hub_copies_fall_back_then_a_healthy_hub_is_used(hub_endpoint, t
     for name, data in files.items():
         hub_endpoint.add_file("iss-sr/zoo", name, data)
         hub_endpoint.corrupt.add(name)
-    comp = compare.compare(_photo(), 2, ["a_x2_iht_r0.5", "b_x2_iht_r0.5"], zoo_path=zoo_path)
-    assert set(comp.results) == {"a_x2_iht_r0.5", "b_x2_iht_r0.5"}  # every model available
+    comp = _compare(["iht", "iss-p"], zoo_path=zoo_path)
+    assert set(comp.results) == {"iht", "iss-p"}  # every model available
     assert comp.message.count("Hub copy refused") == 2 and "bundled copy used" in comp.message
     assert "/tmp" not in comp.message
     hub_endpoint.corrupt.clear()
     compare.resolved_zoo.cache_clear()  # a second start
     compare.load_model.cache_clear()
-    comp = compare.compare(_photo(), 2, ["a_x2_iht_r0.5"], zoo_path=zoo_path)
+    comp = _compare(["iht"], zoo_path=zoo_path)
     assert "refused" not in comp.message
     assert compare.resolved_zoo(zoo_path)["a_x2_iht_r0.5"].source == "hub"
 
@@ -208,20 +275,17 @@ def test_a_hanging_hub_costs_the_first_request_one_deadline(
     found = compare.resolved_zoo(zoo_path)  # what the first request waits for
     assert time.perf_counter() - start < 2.5  # one at a time: 4 s of waiting (40 s at the default 10 s)
     assert {f.source for f in found.values()} == {"bundled"}
-    assert set(compare.compare(_photo(), 2, names, zoo_path=zoo_path).results) == set(names)
+    assert set(_compare(METHODS, zoo_path=zoo_path).results) == set(METHODS)
     n = len(hub_endpoint.requests)
-    compare.compare(_photo(), 2, names, zoo_path=zoo_path)
+    _compare(METHODS, zoo_path=zoo_path)
     assert len(hub_endpoint.requests) == n  # later requests do not ask the Hub at all
 
 
 def test_a_malformed_checkpoint_is_one_unavailable_row(malformed_zoo: str) -> None:
     """Issue 17 item 2: bicubic and the good checkpoint still run; each bad file gets its reason."""
-    names = ["bicubic", "tiny_x2_iht_r0.5", "int16_x2_iht_r0.5", "unknown_x2_iht_r0.5"]
-    comp = compare.compare(_photo(), 2, names, zoo_path=malformed_zoo)
-    assert set(comp.results) == {"bicubic", "tiny_x2_iht_r0.5"}
+    comp = _compare(["bicubic", "iht", "iss-p", "l1"], zoo_path=malformed_zoo)
+    assert set(comp.results) == {"bicubic", "iht"}
     rows = {r[0]: r[1] for r in comp.rows}
-    assert (
-        rows["int16_x2_iht_r0.5"].startswith("unavailable: ") and "torch.int16" in rows["int16_x2_iht_r0.5"]
-    )
-    assert "has no option colour" in rows["unknown_x2_iht_r0.5"]
+    assert rows["iss-p"].startswith("unavailable: ") and "torch.int16" in rows["iss-p"]  # int16 mask
+    assert "has no option colour" in rows["l1"]
     assert "/tmp" not in comp.message and "/tmp" not in str(comp.rows)

@@ -1,7 +1,8 @@
-"""The Sparsity tab as plain functions (no server): the paper's tables, the zoo beside them, sparsity."""
+"""The Sparsity tab as plain functions (no server): the paper's tables, the zoo beside them, masks."""
 
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 import pytest
 
@@ -17,19 +18,54 @@ def test_paper_results_match_the_paper() -> None:
     assert cat["metrics"]["Urban100"]["psnr"] == 26.94
 
 
-def test_zoo_vs_paper_and_sparsity_view(tiny_zoo: str) -> None:
+def test_zoo_vs_paper_starts_with_bicubic(tiny_zoo: str) -> None:
     rows = sparsity.zoo_vs_paper(tiny_zoo)
-    assert rows[0][:5] == ["tiny_x2_iht_r0.5", "", "Set5", 30.0, 0.9]
-    assert rows[0][-1] == "not in the paper"  # ratio 0.5 is not a paper cell
-    kept, hist, layers = sparsity.sparsity_view("tiny_x2_iht_r0.5", None, tiny_zoo)
-    assert isinstance(kept, go.Figure) and isinstance(hist, go.Figure) and layers
-    assert all(0.4 < v <= 0.6 for v in kept.data[0].y[1:-1])  # pruned layers keep about half
+    bicubic = [r for r in rows if r[0] == "bicubic x2"]
+    assert [r[2] for r in bicubic] == ["Set5", "Set14", "B100", "Urban100", "Manga109"]
+    assert bicubic[0][3] == pytest.approx(33.67, abs=0.01)  # the README's bicubic x2 Set5 row
+    entry = rows[len(bicubic)]
+    assert entry[:5] == ["tiny_x2_iht_r0.5", "", "Set5", 30.0, 0.9]
+    assert entry[-1] == "not in the paper"  # ratio 0.5 is not a paper cell
+
+
+def test_layer_types_and_blocks() -> None:
+    assert sparsity.layer_type("layers.0.residual_group.blocks.3.attn.qkv.weight") == "attn.qkv"
+    assert sparsity.layer_type("body.7.conv1.weight") == "body.conv1"
+    assert sparsity.layer_type("conv_first.weight") == "conv_first"
+    assert sparsity.block_of("layers.2.residual_group.blocks.0.mlp.fc1.weight") == "layers.2"
+    assert sparsity.block_of("body.17.conv2.weight") == "body.17"
+    assert sparsity.block_of("conv_last.weight") == "conv_last"
+
+
+def test_mask_structure_finds_where_weights_sit() -> None:
+    conv = np.zeros((8, 4, 3, 3), np.float32)
+    conv[:, :, 1, 1] = 1.0  # only the centre tap
+    linear = np.zeros((20, 10), np.float32)
+    linear[:2] = 1.0  # two of twenty output channels hold everything
+    structure = sparsity.mask_structure({"body.0.conv1.weight": conv, "body.1.fc.weight": linear})
+    assert structure.taps[1, 1] == 1.0 and structure.taps.sum() == pytest.approx(1.0)
+    assert structure.kept == 32 + 20 and structure.total == conv.size + linear.size
+    fc = structure.types["body.fc"]
+    assert fc["top_out"] == 1.0 and fc["random_top_out"] < 0.5  # concentrated vs a random mask
+    assert fc["top_in"] == pytest.approx(0.1)  # every input channel is used equally
+    assert structure.blocks["body.1"]["empty_out"] == 0.9 and structure.blocks["body.0"]["empty_out"] == 0.0
+    assert structure.blocks["body.1"]["random_empty_out"] < 0.9
+
+
+def test_sparsity_view_is_drawn_for_a_checkpoint(tiny_zoo: str) -> None:
+    fig, hist, layers = sparsity.sparsity_view("tiny_x2_iht_r0.5", None, tiny_zoo)
+    assert isinstance(fig, go.Figure) and isinstance(hist, go.Figure) and layers
+    assert "every layer keeps the same fraction" in fig.layout.title.text
+    assert {t.type for t in fig.data} == {"heatmap", "bar", "scatter"}
+    taps = next(t for t in fig.data if t.type == "heatmap")
+    assert np.asarray(taps.z).sum() == pytest.approx(100.0)  # percent of the 3x3 convs' kept weights
 
 
 def test_a_malformed_checkpoint_is_unavailable_with_its_reason_and_no_paths(malformed_zoo: str) -> None:
     """Issue 17 items 2 and 6: one line naming the entry and the fault; the other entries still show."""
-    with pytest.raises(ValueError, match=r"^int16_x2_iht_r0\.5 is unavailable: .*torch\.int16") as err:
-        sparsity.sparsity_view("int16_x2_iht_r0.5", None, malformed_zoo)
+    with pytest.raises(ValueError, match=r"^int16_x2_iss-p_r0\.5 is unavailable: .*torch\.int16") as err:
+        sparsity.sparsity_view("int16_x2_iss-p_r0.5", None, malformed_zoo)
     assert "/" not in str(err.value).replace("r0.5", "")
     assert sparsity.sparsity_view("tiny_x2_iht_r0.5", None, malformed_zoo)[2]
-    assert [row[0] for row in sparsity.zoo_vs_paper(malformed_zoo)] == ["tiny_x2_iht_r0.5"]
+    entries = [row[0] for row in sparsity.zoo_vs_paper(malformed_zoo) if not row[0].startswith("bicubic")]
+    assert entries == ["tiny_x2_iht_r0.5"]

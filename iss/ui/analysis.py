@@ -1,38 +1,56 @@
 """The Analysis tab: ISS-P vs IHT trained side by side (same init, same batches), streamed as figures.
 
-A live run (``train_live``) is built by ``build_live_run`` and fed by ``training_batches``; the recorded runs
-bundled in ``assets/recordings`` are shown whole and offer states to start a live run from. Also used by
-``benchmarks/record_analysis.py`` to make those recordings. No gradio.
+A live run (``train_live``) is planned and bounded by ``plan_live_run`` (expected time and memory, from
+``iss.ui.cost``), built by ``build_live_run`` and fed by ``training_batches``; it stops cleanly between
+iterations when its ``stop`` event is set. The recorded runs bundled in ``assets/recordings`` are shown whole
+and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P and IHT differ).
+Also used by ``benchmarks/record_analysis.py`` to make those recordings. No gradio.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import math
 import os
+import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 import iss
-from iss.ui import figures
-from iss.ui.compare import ASSETS, EXAMPLES_DIR, default_device
-from iss.ui.recording import RUNS, RunTrace, list_recordings, load_recording, load_state
+from iss.train import NonFiniteLossError
+from iss.ui import cost, figures
+from iss.ui.compare import ASSETS, EXAMPLES_DIR, SCALES, default_device
+from iss.ui.recording import (
+    RUNS,
+    RunTrace,
+    list_recordings,
+    load_recording,
+    load_state,
+    optimizer_runs,
+    validate,
+    validation_pair,
+)
 
 RECORDINGS_DIR = ASSETS / "recordings"
 
-# Live analysis defaults: first point well under 10 s, ~100 iterations of SwinIR-light in a minute on CPU.
+# Live analysis defaults from random init; the app starts from the latest recorded state instead when one is
+# bundled (``default_start``), which sets backbone, scale, ratio, alpha and K_p.
 LIVE_DEFAULTS = dict(
     arch="swinir-light", scale=2, ratio=0.95, alpha=0.95, iterations=100, prune_iters=80, patch=16, batch=4
 )
 MAX_LIVE_ITERATIONS = {"cpu": 2000, "cuda": 20000}
 MAX_LIVE_SECONDS = 900
+MAX_ITERATION_SECONDS = 30.0  # slower (estimated) iterations are shrunk: batch first, then the LR patch
+MAX_PATCH, MAX_BATCH = 64, 32  # the sliders' ranges
+VALIDATION_SIZE = 96  # HR side of the quick validation crop
 SHORT_RUN = 1500  # from random init both masks barely move before ~1.5k iterations (issue 4, measured on CPU)
 RANDOM_INIT = "random init"
 LIVE_SETS = ("T91",)  # small enough to load in a second or two when a live run starts
@@ -47,6 +65,24 @@ def recorded_states() -> list[str]:
         states = [s for s in config.get("states", []) if (folder / s["file"]).is_file()]
         choices += [f"{folder.name} @ {s['iteration']}" for s in states]
     return choices
+
+
+def default_start() -> str:
+    """The latest recorded state (mid-pruning: where ISS-P and IHT differ most), else random init."""
+    states = recorded_states()
+    return max(states[1:], key=lambda s: int(s.rpartition(" @ ")[2]), default=RANDOM_INIT)
+
+
+def start_settings(start: str) -> dict[str, Any] | None:
+    """What a recorded start point fixes (backbone and its kwargs, scale, ratio, alpha, K_p) and suggests
+    (batch, LR patch), with ``optimizer``: whether the state carries the optimizer's moments; ``None`` for
+    random init."""
+    if not start or start == RANDOM_INIT:
+        return None
+    path, config = _recorded_state(start)
+    keys = ("arch", "scale", "ratio", "alpha", "prune_iters", "batch", "patch", "arch_kwargs")
+    restored = set(optimizer_runs(path)) >= set(RUNS)
+    return {**{k: config[k] for k in keys if k in config}, "optimizer": restored}
 
 
 def recording_names() -> list[str]:
@@ -87,8 +123,11 @@ def recording_layers(name: str) -> list[str]:
     return list(config["layers"])
 
 
+@functools.lru_cache(maxsize=16)
 def prunable_layers(arch: str, scale: int) -> list[str]:
     """Names of the weights the pruners act on for ``arch`` (what the layer picker offers)."""
+    if arch not in iss.archs.list_archs():
+        raise ValueError(f"unknown backbone {arch!r}; choose one of: {', '.join(iss.archs.list_archs())}")
     model = iss.archs.build(arch, int(scale))
     return iss.pruning.build("iht", model, 0.5, prune_iters=1).layer_names
 
@@ -103,6 +142,7 @@ class LiveRun:
     traces: dict[str, RunTrace]
     start_iteration: int
     config: dict[str, Any]
+    optimizer_restored: bool = False  # the recorded state carried Adam's moments (else Adam restarts)
 
 
 def build_live_run(
@@ -120,10 +160,11 @@ def build_live_run(
     lr: float = 2e-4,
     all_layers: bool = False,
 ) -> LiveRun:
-    """Set up ISS-P and IHT from the same random init, or from a recorded state of both runs.
+    """Set up ISS-P and IHT from the same random init, or from a recorded state of both runs (with its
+    optimizer state when it has one).
 
-    Per-layer series are traced for ``layers`` (two representative ones when empty), or for every pruned
-    layer with ``all_layers`` (recordings).
+    Per-layer series are traced for ``layers`` (two representative ones when empty; unknown names are a
+    ``ValueError``), or for every pruned layer with ``all_layers`` (recordings).
     """
     config = dict(
         arch=arch, scale=int(scale), ratio=float(ratio), alpha=float(alpha), prune_iters=int(prune_iters)
@@ -145,20 +186,26 @@ def build_live_run(
         )
         for run in RUNS
     }
-    start_iteration = 0
-    if state_path is not None:
-        meta = load_state(state_path, models, pruners)
-        start_iteration = int(meta["iteration"])
+    names = pruners["iss-p"].layer_names
+    if unknown := [n for n in (layers or []) if n not in names]:
+        raise ValueError(
+            f"{config['arch']} has no prunable layer {unknown[0]!r}; it has {len(names)}, e.g. "
+            f"{', '.join(default_layers(names))}"
+        )
+    chosen = names if all_layers else list(layers or []) or default_layers(names)
     for model in models.values():
         model.to(device).train()
-    names = pruners["iss-p"].layer_names
-    chosen = names if all_layers else [n for n in (layers or []) if n in names] or default_layers(names)
+    train_config = iss.train_config.TrainConfig(lr=lr)
+    trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
+    start_iteration, restored = 0, False
+    if state_path is not None:
+        optimizers = {run: trainers[run].optimizer for run in RUNS}
+        start_iteration = int(load_state(state_path, models, pruners, optimizers)["iteration"])
+        restored = set(optimizer_runs(state_path)) >= set(RUNS)
     traces = {run: RunTrace(layers=chosen) for run in RUNS}
     for run in RUNS:
         pruners[run].add_callback(traces[run].observe)
-    train_config = iss.train_config.TrainConfig(lr=lr)
-    trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
-    return LiveRun(models, pruners, trainers, traces, start_iteration, {**config, "layers": chosen})
+    return LiveRun(models, pruners, trainers, traces, start_iteration, {**config, "layers": chosen}, restored)
 
 
 def _recorded_state(start: str) -> tuple[Path, dict[str, Any]]:
@@ -202,20 +249,161 @@ def training_folders(data_dir: str | None, sets: Sequence[str] = LIVE_SETS) -> l
     return [EXAMPLES_DIR]
 
 
-def validation_pair(scale: int, size: int = 96) -> tuple[np.ndarray, np.ndarray]:
-    """A small fixed (LR, HR) pair for the quick validation PSNR: the centre of the first bundled photo."""
-    hr = iss.data.read_image(sorted(EXAMPLES_DIR.glob("*.png"))[0])
-    h, w = hr.shape[:2]
-    side = min(size - size % int(scale), h, w)
-    y0, x0 = (h - side) // 2, (w - side) // 2
-    hr = iss.data.modcrop(hr[y0 : y0 + side, x0 : x0 + side], int(scale))
-    return iss.imresize(hr, 1 / int(scale)), hr
+@dataclass
+class LivePlan:
+    """A live run as it will run: its size after the bounds, its expected cost, and why it was changed."""
+
+    arch: str
+    scale: int
+    batch: int
+    patch: int
+    iterations: int
+    seconds_per_iteration: float  # both runs
+    first_update_seconds: float
+    memory_bytes: float
+    budget_bytes: float
+    device: str
+    flops_per_iteration: float = 0.0  # both runs' training steps (what the speed estimate divides)
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """The expected cost as one Markdown paragraph (shown before a run starts and above its status)."""
+        total = self.first_update_seconds + (self.iterations - 1) * self.seconds_per_iteration
+        where = "GPU" if self.device.startswith("cuda") else "CPU"
+        text = (
+            f"**Expected on this {where}**: {self.arch} x{self.scale}, batch {self.batch}, "
+            f"LR patch {self.patch}: "
+            f"first plot after about {cost.format_seconds(self.first_update_seconds)}, then "
+            f"{cost.format_seconds(self.seconds_per_iteration)} per iteration of both runs "
+            f"({self.iterations} iterations: about {cost.format_seconds(total)}); memory about "
+            f"{cost.format_bytes(self.memory_bytes)} (bound {cost.format_bytes(self.budget_bytes)})."
+        )
+        if total > MAX_LIVE_SECONDS:
+            fit = max(1, int((MAX_LIVE_SECONDS - self.first_update_seconds) / self.seconds_per_iteration) + 1)
+            text += f" A live run stops after {MAX_LIVE_SECONDS // 60} min: about {fit} iterations will run."
+        return " ".join([text, *self.notes])
 
 
-def validate(model: nn.Module, pair: tuple[np.ndarray, np.ndarray], scale: int) -> float:
-    """PSNR (Y) of ``model`` on the validation pair."""
-    lr, hr = pair
-    return iss.metrics.psnr_y(iss.infer.upscale(model, lr), hr, crop_border=int(scale))
+def plan_live_run(
+    arch: str,
+    scale: int,
+    iterations: int,
+    patch: int,
+    batch: int,
+    start: str = RANDOM_INIT,
+    *,
+    device: str | None = None,
+    arch_kwargs: dict[str, Any] | None = None,
+) -> LivePlan:
+    """Check the size of a live run and bound it before anything is built.
+
+    Memory (weights, gradients, Adam and masks of both runs, plus the activations of one batch) must fit
+    ``cost.memory_budget`` and an iteration must take at most ``MAX_ITERATION_SECONDS`` (estimated): the batch
+    shrinks first, then the LR patch, each with a note; a run that cannot fit at batch 1 and patch 8 is a
+    ``ValueError``. Iterations are capped at ``MAX_LIVE_ITERATIONS``.
+    """
+    device = device or default_device()
+    settings = start_settings(start) or {}
+    arch, scale = settings.get("arch", arch), int(settings.get("scale", scale))
+    arch_kwargs = settings.get("arch_kwargs", arch_kwargs)
+    iterations = _whole(iterations, "iterations")
+    patch, batch = _whole(patch, "LR patch"), _whole(batch, "batch")
+    if arch not in iss.archs.list_archs():
+        raise ValueError(f"unknown backbone {arch!r}; choose one of: {', '.join(iss.archs.list_archs())}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale}")
+    if not (1 <= batch <= MAX_BATCH and 8 <= patch <= MAX_PATCH):
+        raise ValueError(f"batch must be 1-{MAX_BATCH} and LR patch 8-{MAX_PATCH}, got {batch} and {patch}")
+    notes = []
+    if settings:
+        optimizer = "with" if settings["optimizer"] else "without (an older recording: Adam restarts)"
+        notes.append(
+            f"Starts from `{start}` {optimizer} optimizer state; backbone, scale, ratio "
+            f"{settings.get('ratio')}, alpha {settings.get('alpha')} and "
+            f"K_p {settings.get('prune_iters', 0):,} are the recording's (*random init* lets you set them)."
+        )
+    cap = MAX_LIVE_ITERATIONS["cuda" if device.startswith("cuda") else "cpu"]
+    if iterations > cap:
+        notes.append(f"Iterations capped at {cap} (asked for {iterations}).")
+        iterations = cap
+    budget = cost.memory_budget(device)
+    traced = cost.trace(arch, scale, patch, patch, arch_kwargs=arch_kwargs)
+    speed = cost.gflops("train", arch, device) * 1e9
+
+    def flops(b: int, p: int) -> float:
+        """FLOPs of one iteration of both runs at batch ``b`` and LR patch ``p`` (cost ~ pixels)."""
+        return len(RUNS) * b * (p / patch) ** 2 * (traced.forward_flops + traced.backward_flops)
+
+    def estimate(b: int, p: int) -> tuple[float, float]:
+        """(bytes, seconds per iteration of both runs) at batch ``b`` and LR patch ``p``."""
+        weights = len(RUNS) * traced.parameters * cost.BYTES_PER_PARAMETER
+        activations = b * (p / patch) ** 2 * traced.saved_bytes * cost.ACTIVATION_OVERHEAD
+        return cost.RUN_OVERHEAD + weights + activations, flops(b, p) / speed
+
+    sizes = [(b, patch) for b in range(batch, 0, -1)] + [(1, p) for p in range(patch - 8, 7, -8)]
+    fits = [(b, p) for b, p in sizes if _fits(estimate(b, p), budget)]
+    if not fits:
+        memory, seconds = estimate(1, 8)
+        raise ValueError(
+            f"{arch} x{scale} is too big for a live run here even at batch 1 and LR patch 8: about "
+            f"{cost.format_bytes(memory)} (bound {cost.format_bytes(budget)}) and "
+            f"{cost.format_seconds(seconds)} per iteration (bound {MAX_ITERATION_SECONDS:.0f} s)"
+        )
+    new_batch, new_patch = fits[0]
+    if (new_batch, new_patch) != (batch, patch):
+        memory, seconds = estimate(batch, patch)
+        notes.append(
+            f"⚠️ Batch {batch} with LR patch {patch} would need about {cost.format_bytes(memory)} and "
+            f"{cost.format_seconds(seconds)} per iteration: shrunk to batch {new_batch}, "
+            f"LR patch {new_patch} "
+            f"(bounds: {cost.format_bytes(budget)}, {MAX_ITERATION_SECONDS:.0f} s per iteration)."
+        )
+    memory, seconds = estimate(new_batch, new_patch)
+    validation = len(RUNS) * traced.forward_flops / patch**2 * (VALIDATION_SIZE / scale) ** 2
+    validation_seconds = validation / (cost.gflops("dense", arch, device) * 1e9)
+    first = cost.setup_seconds(arch, device) + seconds + validation_seconds
+    return LivePlan(
+        arch, scale, new_batch, new_patch, iterations, seconds, first, memory, budget, device,
+        flops(new_batch, new_patch), notes,
+    )  # fmt: skip
+
+
+def _fits(estimate: tuple[float, float], budget: float) -> bool:
+    """Whether (bytes, seconds per iteration) is within the memory budget and the time bound."""
+    memory, seconds = estimate
+    return memory <= budget and seconds <= MAX_ITERATION_SECONDS
+
+
+def _whole(value: Any, name: str) -> int:
+    """A positive whole number from a UI/API value, or a ``ValueError`` naming the field."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+    if not math.isfinite(number) or number < 1 or number != int(number):
+        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return int(number)
+
+
+def _check_settings(ratio: Any, alpha: Any, prune_iters: Any) -> tuple[float, float, int]:
+    """Ratio in (0, 1), alpha in (0, 1] and K_p >= 1 as numbers, or a ``ValueError`` naming the field."""
+    ratio_f, alpha_f = _finite(ratio, "pruning ratio"), _finite(alpha, "alpha")
+    if not 0 < ratio_f < 1:
+        raise ValueError(f"pruning ratio must be between 0 and 1, got {ratio}")
+    if not 0 < alpha_f <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    return ratio_f, alpha_f, _whole(prune_iters, "K_p (pruning iterations)")
+
+
+def _finite(value: Any, name: str) -> float:
+    """A finite float, or a ``ValueError`` naming the field."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
 
 
 def train_live(
@@ -236,92 +424,124 @@ def train_live(
     update_seconds: float = 1.0,
     validate_every: int = 25,
     arch_kwargs: dict[str, Any] | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[tuple[Any, Any, Any, str]]:
     """Train ISS-P and IHT side by side on the same batches, yielding (flips, gradients, training, status).
 
     The first update comes after the first iteration; then one about every ``update_seconds``, and the last at
-    the end. Runs are bounded by ``MAX_LIVE_ITERATIONS`` and ``MAX_LIVE_SECONDS``.
+    the end. The size is bounded first (``plan_live_run``), the length by ``MAX_LIVE_SECONDS``. Setting
+    ``stop`` ends the run after the current iteration; a NaN loss or running out of memory ends it too. Each
+    ends with a last update whose status says why, so the plots drawn so far stay.
     """
     device = device or default_device()
-    cap = MAX_LIVE_ITERATIONS["cuda" if device.startswith("cuda") else "cpu"]
-    if int(iterations) < 1:
-        raise ValueError(f"iterations must be at least 1, got {iterations}")
-    iterations = min(int(iterations), cap)
+    ratio, alpha, prune_iters = _check_settings(ratio, alpha, prune_iters)
+    plan = plan_live_run(arch, scale, iterations, patch, batch, start, device=device, arch_kwargs=arch_kwargs)
+    building = time.perf_counter()
     run = build_live_run(
-        arch,
-        scale,
-        ratio,
-        alpha,
-        prune_iters,
-        layers,
-        start,
-        seed=seed,
-        device=device,
-        arch_kwargs=arch_kwargs,
-    )
-    scale = run.config["scale"]
-    batches = training_batches(scale, patch, batch, data_dir, seed)
-    pair = validation_pair(scale)
+        plan.arch, plan.scale, ratio, alpha, prune_iters, layers, start,
+        seed=seed, device=device, arch_kwargs=arch_kwargs,
+    )  # fmt: skip
+    batches = training_batches(plan.scale, plan.patch, plan.batch, data_dir, seed)
+    pair = validation_pair(plan.scale)
+    cost.observe_setup(plan.arch, device, time.perf_counter() - building)
     started = last_yield = time.perf_counter()
+    stepping = 0.0  # seconds spent in training steps (for the speed estimate of later runs)
     done = 0
-    for done in range(1, iterations + 1):
-        lr, hr = next(batches)
-        lr, hr = lr.to(device), hr.to(device)
-        iteration = run.start_iteration + done
-        for name in RUNS:
-            run.traces[name].commit(iteration, run.trainers[name].step(lr, hr))
-        if done % validate_every == 0 or done in (1, iterations):
+    try:
+        for done in range(1, plan.iterations + 1):
+            lr, hr = next(batches)
+            lr, hr = lr.to(device), hr.to(device)
+            iteration = run.start_iteration + done
+            step_start = time.perf_counter()
             for name in RUNS:
-                run.traces[name].val_iterations.append(iteration)
-                run.traces[name].val_psnr.append(validate(run.models[name], pair, scale))
-        elapsed = time.perf_counter() - started
-        if done == 1 or done == iterations or time.perf_counter() - last_yield >= update_seconds:
-            last_yield = time.perf_counter()
-            yield _live_update(run, done, iterations, elapsed, cap)
-        if elapsed > MAX_LIVE_SECONDS:
-            yield _live_update(
-                run, done, iterations, elapsed, cap, f"stopped at the {MAX_LIVE_SECONDS} s bound"
-            )
-            return
+                run.traces[name].commit(iteration, run.trainers[name].step(lr, hr))
+            stepping += time.perf_counter() - step_start
+            if done % validate_every == 0 or done in (1, plan.iterations):
+                for name in RUNS:
+                    run.traces[name].val_iterations.append(iteration)
+                    run.traces[name].val_psnr.append(validate(run.models[name], pair, plan.scale))
+            elapsed = time.perf_counter() - started
+            if stop is not None and stop.is_set():
+                yield _live_update(run, done, plan, elapsed, _stopped(run, done, "you pressed Stop"))
+                return
+            if elapsed > MAX_LIVE_SECONDS:
+                reason = f"the {MAX_LIVE_SECONDS // 60} min bound of a live run"
+                yield _live_update(run, done, plan, elapsed, _stopped(run, done, reason))
+                return
+            if done == 1 or done == plan.iterations or time.perf_counter() - last_yield >= update_seconds:
+                last_yield = time.perf_counter()
+                yield _live_update(run, done, plan, elapsed)
+    except NonFiniteLossError as e:
+        yield _live_update(run, done - 1, plan, time.perf_counter() - started, f"⚠️ Stopped: {e}")
+    except (RuntimeError, MemoryError) as e:
+        if not _out_of_memory(e):
+            raise
+        note = (
+            f"⚠️ Stopped: out of memory at iteration {run.start_iteration + done} (batch {plan.batch}, LR "
+            f"patch {plan.patch}, estimated {cost.format_bytes(plan.memory_bytes)}). Try a smaller batch "
+            "or patch."
+        )
+        yield _live_update(run, done - 1, plan, time.perf_counter() - started, note)
+    finally:
+        cost.observe("train", plan.arch, device, plan.flops_per_iteration * done, stepping)
 
 
-def _live_update(
-    run: LiveRun, done: int, total: int, elapsed: float, cap: int, note: str = ""
-) -> tuple[Any, Any, Any, str]:
+def _stopped(run: LiveRun, done: int, reason: str) -> str:
+    """The status note of a run ended early on purpose."""
+    return (
+        f"**Stopped at iteration {run.start_iteration + done}** ({done} done; {reason}). The plots show "
+        "every iteration up to there."
+    )
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is PyTorch or Python running out of (CPU or GPU) memory."""
+    text = str(error)
+    return isinstance(error, MemoryError) or "out of memory" in text or "can't allocate memory" in text
+
+
+def _live_update(run: LiveRun, done: int, plan: LivePlan, elapsed: float, note: str = "") -> tuple[Any, ...]:
     """Figures and a status line for the current state of a live run."""
     layers = run.config["layers"]
     return (
         figures.mask_dynamics_figure(run.traces, layers),
         figures.gradient_figure(run.traces, layers),
         figures.training_figure(run.traces),
-        live_status(run, done, total, elapsed, cap, note),
+        live_status(run, done, plan, elapsed, note),
     )
 
 
-def live_status(run: LiveRun, done: int, total: int, elapsed: float, cap: int, note: str = "") -> str:
-    """Progress, speed, stage, and a warning when the run is too short for the ISS-P vs IHT contrast."""
+def live_status(run: LiveRun, done: int, plan: LivePlan, elapsed: float, note: str = "") -> str:
+    """Progress, speed, the settings in use, and a warning when the run is too short for the contrast."""
     c = run.config
-    stage = run.pruners["iss-p"].stage
-    lines = [
-        f"**{done} / {total}** iterations of both runs ({elapsed:.1f} s, "
-        f"{elapsed / max(done, 1):.2f} s per iteration), "
-        f"{c['arch']} x{c['scale']}, ratio {c['ratio']}, alpha {c['alpha']}, K_p {c['prune_iters']}, "
-        f"iteration {run.start_iteration + done}, stage: {stage}. Runs are capped at {cap} iterations.",
-    ]
-    if run.start_iteration == 0 and total < SHORT_RUN:
+    cap = MAX_LIVE_ITERATIONS["cuda" if plan.device.startswith("cuda") else "cpu"]
+    lines = [note] if note else []
+    lines.append(
+        f"**{done} / {plan.iterations}** iterations of both runs in {elapsed:.1f} s "
+        f"({elapsed / max(done, 1):.2f} s per iteration; expected {plan.seconds_per_iteration:.2f}). "
+        f"In use: {c['arch']} x{c['scale']}, ratio {c['ratio']}, alpha {c['alpha']}, "
+        f"K_p {c['prune_iters']:,}, "
+        f"batch {plan.batch}, LR patch {plan.patch}. Now at training iteration "
+        f"{run.start_iteration + done:,} (stage: {run.pruners['iss-p'].stage}). A live run does at most "
+        f"{cap:,} iterations and {MAX_LIVE_SECONDS // 60} min.",
+    )
+    if run.start_iteration == 0 and plan.iterations < SHORT_RUN:
         lines.append(
             f"⚠️ This run is too short for the ISS-P vs IHT contrast: from random init both masks barely "
             f"move for the first ~{SHORT_RUN} iterations, and the ISS-P mask keeps its first selection "
-            "longest "
-            "(the shrinking makes it self-reinforcing). Start from a recorded mid-pruning state, or open the "
-            "recorded runs, to see "
-            "the steady-state regime where ISS-P's mask moves faster than IHT's."
+            "longest (the shrinking makes it self-reinforcing). Start from a recorded mid-pruning state, "
+            "or open the recorded runs, to see the steady-state regime where ISS-P's mask moves faster "
+            "than IHT's."
         )
     if run.start_iteration:
-        lines.append(
-            f"Resumed both runs from a recorded state at iteration {run.start_iteration} (backbone, scale, "
-            "ratio, alpha and K_p come from the recording; Adam restarts, so the first steps are larger)."
+        optimizer = (
+            "with the optimizer's state (Adam's moments) as recorded"
+            if run.optimizer_restored
+            else "without optimizer state (this recording predates it): Adam restarts, so the first steps "
+            "are larger and the validation PSNR dips for a few dozen iterations"
         )
-    if note:
-        lines.append(note)
+        lines.append(
+            f"Resumed both runs from a recorded state at iteration {run.start_iteration:,}, {optimizer}. "
+            "Backbone, scale, ratio, alpha and K_p come from the recording."
+        )
     return "\n\n".join(lines)

@@ -1,19 +1,23 @@
 """The Compare tab: upscale one image with bicubic and zoo checkpoints, measure, pair and zoom the results.
 
-Also the checkpoint zoo as the app sees it (choices, cached model loading) and the example images; the other
-tabs reuse ``zoo``, ``load_model``, ``default_device`` and the asset paths from here. Plain values in and out
-(PIL/ndarray images, numbers, lists), no gradio.
+Also the checkpoint zoo as the app sees it (driven by ``checkpoints/zoo.json``: backbones, ratios and methods
+are whatever it lists; cached model loading) and the example images; the other tabs reuse ``zoo``,
+``load_model``, ``default_device`` and the asset paths from here. A comparison is estimated before it runs
+(``estimate``: seconds from FLOPs and the measured speed of each backbone), bounded to ``MAX_SECONDS`` (the
+input is cropped to its centre beyond) and streamed method by method (``compare_steps``). Plain values in and
+out (PIL/ndarray images, numbers, lists), no gradio.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from PIL import Image
 from torch import nn
 
 import iss
+from iss.ui import cost
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
@@ -51,12 +56,25 @@ URBAN100_CROPS = {
 }  # x0, y0
 URBAN100_CROP_SIZE = 240
 _FOLDERS = re.compile(r"(?<![\w:/.~])(?:~|\.{1,2})?/(?:[^\s/'\"]+/)+(?=[^\s/'\"])")  # a path's folders
-TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "checkpoint", "time (s)"]
+TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "file size", "time (s)"]
+MAX_SECONDS = 60.0  # expected time of one comparison; larger inputs are cropped to their centre to fit
+ZOOM_NOTE = (
+    "Each tile shows its method's PSNR over the zoomed region only (dB, Y channel, HR mode): it differs from "
+    "the table's PSNR/SSIM, which are over the whole image."
+)
+_WARM: set[tuple] = set()  # (entry, device, sparse, zoo) of models that have run once
 
 
 def default_device() -> str:
     """``cuda`` when a GPU is present, else ``cpu``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sparse_by_default(arch: str, device: str | None = None) -> bool:
+    """Whether comparisons run ``arch``'s checkpoints through ``iss.sparsify`` unless told otherwise (the one
+    switch point): on the CPU where its measured sparse speed beats dense (``iss.ui.cost``); not on a GPU."""
+    device = device or default_device()
+    return device == "cpu" and cost.gflops("sparse", arch, device) > cost.gflops("dense", arch, device)
 
 
 def sparse_kernel_note() -> str:
@@ -86,9 +104,9 @@ def zoo_entry(name: str, zoo_path: str | None = None) -> Any:
 
 
 def backbones(zoo_path: str | None = None) -> list[str]:
-    """Architectures with at least one zoo entry, else every registered one."""
-    names = sorted({e.arch for e in zoo(zoo_path)})
-    return names or iss.archs.list_archs()
+    """Every backbone the zoo or the library has: those with zoo entries first, then the others."""
+    in_zoo = sorted({e.arch for e in zoo(zoo_path)})
+    return in_zoo + [a for a in iss.archs.list_archs() if a not in in_zoo]
 
 
 def ratios(arch: str, scale: int, zoo_path: str | None = None) -> list[float]:
@@ -96,16 +114,52 @@ def ratios(arch: str, scale: int, zoo_path: str | None = None) -> list[float]:
     return sorted({float(e.ratio) for e in zoo(zoo_path) if e.arch == arch and int(e.scale) == int(scale)})
 
 
+def _matches(entry: Any, arch: str, scale: int, ratio: float | None) -> bool:
+    """Whether a zoo entry is for ``arch`` at ``scale`` and (unless None) ``ratio``."""
+    same_ratio = ratio is None or abs(float(entry.ratio) - float(ratio)) < 1e-9
+    return entry.arch == arch and int(entry.scale) == int(scale) and same_ratio
+
+
 def method_choices(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> list[str]:
-    """Bicubic plus every zoo entry matching backbone, scale and ratio (the default selection to compare)."""
-    matching = [
-        e.name
-        for e in zoo(zoo_path)
-        if e.arch == arch
-        and int(e.scale) == int(scale)
-        and (ratio is None or abs(float(e.ratio) - float(ratio)) < 1e-9)
-    ]
-    return [BICUBIC, *matching]
+    """Bicubic plus the method of every zoo entry for backbone, scale and ratio (the default selection)."""
+    found = [e.method for e in zoo(zoo_path) if _matches(e, arch, scale, ratio)]
+    return [BICUBIC, *dict.fromkeys(found)]
+
+
+def all_methods(zoo_path: str | None = None) -> list[str]:
+    """Bicubic plus every method the zoo has for some backbone and scale (what the API accepts)."""
+    return [BICUBIC, *dict.fromkeys(e.method for e in zoo(zoo_path))]
+
+
+def find_entry(arch: str, scale: int, ratio: float | None, method: str, zoo_path: str | None = None) -> Any:
+    """The zoo entry for (backbone, scale, ratio, method); the last one listed if several (the manifest's
+    order is the newest last). ``FileNotFoundError`` saying what the zoo has otherwise."""
+    found = [e for e in zoo(zoo_path) if _matches(e, arch, scale, ratio) and e.method == method]
+    if not found:
+        ratio_text = f" r{ratio}" if ratio is not None else ""
+        raise FileNotFoundError(
+            f"no {arch} x{scale}{ratio_text} {method} checkpoint in the zoo; it has: {zoo_summary(zoo_path)}"
+        )
+    return found[-1]
+
+
+def zoo_summary(zoo_path: str | None = None) -> str:
+    """What the zoo holds, per backbone, scale and ratio: ``swinir-light x4 r0.95 (iss-p, iht)``."""
+    groups: dict[tuple, list[str]] = {}
+    for e in zoo(zoo_path):
+        groups.setdefault((e.arch, int(e.scale), float(e.ratio)), []).append(e.method)
+    parts = [f"{a} x{s} r{r:g} ({', '.join(dict.fromkeys(m))})" for (a, s, r), m in sorted(groups.items())]
+    return "; ".join(parts) or "nothing yet"
+
+
+def availability(arch: str, scale: int, zoo_path: str | None = None) -> str:
+    """A warning when the zoo has no pruned checkpoint for ``arch`` at ``scale`` (only bicubic can run)."""
+    if ratios(arch, scale, zoo_path):
+        return ""
+    return (
+        f"⚠️ No pruned {arch} x{scale} checkpoint in the zoo yet: only bicubic will run. "
+        f"The zoo has: {zoo_summary(zoo_path)}."
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -211,49 +265,196 @@ def _decode(image: Any, cap: int) -> iss.data.Decoded:
     return iss.data.Decoded(rgb, size, image.mode if isinstance(image, Image.Image) else "RGB")
 
 
-def check_request(scale: Any, methods: Any, sparse: Any) -> tuple[int, list[str]]:
-    """The scale as an int and the methods as a list, or ``ValueError`` saying what a request got wrong.
+def check_request(
+    arch: Any, scale: Any, ratio: Any, methods: Any, sparse: Any
+) -> tuple[str, int, float | None, list[str], bool | None]:
+    """Backbone, scale (int), ratio (float, or None: any), methods (a list) and sparse (bool, or None: the
+    default), or ``ValueError`` saying what a request got wrong.
 
     The app hands ``/upscale``'s raw values here, so that an API client's mistake gets a one-line answer.
     """
+    if not isinstance(arch, str) or arch not in iss.archs.list_archs():
+        raise ValueError(f"backbone must be one of {', '.join(iss.archs.list_archs())}, got {arch!r:.40}")
     if isinstance(scale, str) and scale.strip().isdigit():
         scale = int(scale)
     if isinstance(scale, bool) or scale not in SCALES:
         raise ValueError(f"scale must be one of {', '.join(map(str, SCALES))}, got {scale!r}")
+    ratio = _ratio(ratio)
     if not isinstance(methods, list | tuple) or not all(isinstance(m, str) for m in methods):
         raise ValueError(f"methods must be a list of method names such as ['{BICUBIC}'], got {methods!r:.80}")
     if not methods:
         raise ValueError("choose at least one method to compare")
-    if not isinstance(sparse, bool):
+    if sparse is not None and not isinstance(sparse, bool):
         raise ValueError(f"sparse must be true or false, got {sparse!r:.40}")
-    return int(scale), list(dict.fromkeys(methods))
+    return arch, int(scale), ratio, list(dict.fromkeys(methods)), sparse
 
 
-def compare(
+def _ratio(value: Any) -> float | None:
+    """A pruning ratio from a request: None (or empty) for any, else a number in [0, 1)."""
+    if value is None or value == "":
+        return None
+    try:
+        ratio = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        ratio = math.nan
+    if not 0 <= ratio < 1:  # NaN included
+        raise ValueError(f"ratio must be a number in [0, 1), got {value!r:.40}")
+    return ratio
+
+
+@dataclass
+class Estimate:
+    """Expected seconds of a comparison per method, for the LR size that will run (after the time bound)."""
+
+    seconds: dict[str, float]
+    lr_size: tuple[int, int]  # (width, height)
+    scale: int
+    note: str = ""  # why the input was cropped, if it was
+
+    def describe(self) -> str:
+        """One Markdown line: total, size, the slowest methods, and the crop note."""
+        w, h, scale = *self.lr_size, self.scale
+        total = sum(self.seconds.values())
+        slowest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:3]
+        parts = ", ".join(f"{name} {cost.format_seconds(t)}" for name, t in slowest if t >= 0.05)
+        text = f"**Expected: about {cost.format_seconds(total)}** for LR {w}x{h} to {w * scale}x{h * scale}"
+        return " ".join([text + (f" ({parts})." if parts else "."), self.note]).strip()
+
+
+def estimate(
     image: Any,
+    arch: str,
     scale: int,
+    ratio: float | None,
     methods: Sequence[str],
     mode: str = MODE_HR,
     *,
-    sparse: bool = False,
+    sparse: bool | None = None,
+    device: str | None = None,
+    zoo_path: str | None = None,
+) -> Estimate:
+    """What ``compare`` with these arguments is expected to cost (loads the models, runs none)."""
+    arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
+    device = device or default_device()
+    sparse = sparse_by_default(arch, device) if sparse is None else sparse
+    lr, hr, _ = prepare_input(image, mode, scale)
+    return _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)[2]
+
+
+def _bounded(
+    lr: np.ndarray,
+    hr: np.ndarray | None,
+    arch: str,
+    scale: int,
+    ratio: float | None,
+    methods: Sequence[str],
+    sparse: bool,
+    device: str,
+    zoo_path: str | None,
+) -> tuple[np.ndarray, np.ndarray | None, Estimate]:
+    """(LR, HR, estimate) after cropping both to their centre when the estimate is above ``MAX_SECONDS``."""
+    seconds = _expected_seconds(lr.shape[:2], arch, scale, ratio, methods, sparse, device, zoo_path)
+    total = sum(seconds.values())
+    note = ""
+    if total > MAX_SECONDS:
+        h, w = lr.shape[:2]
+        factor = math.sqrt(MAX_SECONDS / total)
+        ch, cw = max(8, int(h * factor)), max(8, int(w * factor))
+        y0, x0 = (h - ch) // 2, (w - cw) // 2
+        lr = np.ascontiguousarray(lr[y0 : y0 + ch, x0 : x0 + cw])
+        if hr is not None:
+            hr = np.ascontiguousarray(hr[y0 * scale : (y0 + ch) * scale, x0 * scale : (x0 + cw) * scale])
+        note = (
+            f"⚠️ The whole LR input ({w}x{h}) would take about {cost.format_seconds(total)} with these "
+            f"methods, over the {MAX_SECONDS:.0f} s bound: cropped to its central {cw}x{ch}. Fewer or faster "
+            "methods "
+            "(or sparse kernels on the CPU) leave room for more."
+        )
+        seconds = _expected_seconds(lr.shape[:2], arch, scale, ratio, methods, sparse, device, zoo_path)
+    return lr, hr, Estimate(seconds, (lr.shape[1], lr.shape[0]), scale, note)
+
+
+def _expected_seconds(
+    lr_shape: tuple[int, int],
+    arch: str,
+    scale: int,
+    ratio: float | None,
+    methods: Sequence[str],
+    sparse: bool,
+    device: str,
+    zoo_path: str | None,
+) -> dict[str, float]:
+    """Expected seconds per method on an LR image of ``lr_shape`` (unavailable checkpoints are left out)."""
+    seconds = {}
+    for method in methods:
+        if method == BICUBIC:
+            seconds[method] = 1e-7 * lr_shape[0] * lr_shape[1] * scale**2  # MATLAB bicubic: ~10 Mpx/s
+            continue
+        try:
+            entry = find_entry(arch, scale, ratio, method, zoo_path)
+            _, meta = load_model(entry.name, device, sparse, zoo_path)
+        except (FileNotFoundError, ValueError, KeyError, OSError):
+            continue  # the comparison says why
+        flops = _inference_flops(meta["arch"], scale, lr_shape, meta.get("arch_kwargs"))
+        seconds[method] = flops / (cost.gflops("sparse" if sparse else "dense", meta["arch"], device) * 1e9)
+    return seconds
+
+
+def _inference_flops(arch: str, scale: int, lr_shape: tuple[int, int], arch_kwargs: dict | None) -> float:
+    """FLOPs of upscaling an LR image of ``lr_shape`` as ``compare`` does (tiled above ``TILE_ABOVE``)."""
+    h, w = lr_shape
+    pixels = h * w
+    if max(h, w) > TILE_ABOVE:  # tiles of TILE overlapping by 32 (iss.infer): count the pixels they cover
+        pixels = len(_starts(h)) * len(_starts(w)) * min(TILE, h) * min(TILE, w)
+    reference = cost.trace(arch, scale, 64, 64, train=False, arch_kwargs=arch_kwargs)
+    return reference.forward_flops * pixels / 64**2
+
+
+def _starts(length: int, overlap: int = 32) -> list[int]:
+    """Tile origins along one axis, as ``iss.infer.forward_tiled`` places them."""
+    size = min(TILE, length)
+    return [0] if size >= length else [*range(0, length - size, size - overlap), length - size]
+
+
+def compare(*args: Any, **kwargs: Any) -> Comparison:
+    """``compare_steps`` run to the end: the finished comparison."""
+    *_, comp = compare_steps(*args, **kwargs)
+    return comp
+
+
+def compare_steps(
+    image: Any,
+    arch: str,
+    scale: int,
+    ratio: float | None,
+    methods: Sequence[str],
+    mode: str = MODE_HR,
+    *,
+    sparse: bool | None = None,
     device: str | None = None,
     zoo_path: str | None = None,
     out_dir: str | None = None,
-) -> Comparison:
-    """Upscale one image with bicubic and each chosen zoo checkpoint; measure PSNR/SSIM (Y) in HR mode.
+) -> Iterator[Comparison]:
+    """Upscale one image with bicubic and each chosen method's zoo checkpoint for (``arch``, ``scale``,
+    ``ratio``); measure PSNR/SSIM (Y) in HR mode. Yields the comparison after each method; the last one is
+    complete, with its PNG files.
 
-    A method whose checkpoint is missing, corrupt or for another scale is not fatal: its table row says
-    ``unavailable: <reason>`` and it is left out of the images.
+    The input is cropped to its centre when the expected time is above ``MAX_SECONDS``. ``sparse`` (default
+    ``sparse_by_default``) runs the checkpoints through ``iss.sparsify``. A method whose checkpoint is
+    missing, corrupt or for another scale is not fatal: its table row says ``unavailable: <reason>`` and it is
+    left out of the images.
     """
-    scale, methods = check_request(scale, methods, sparse)
+    arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
+    sparse = sparse_by_default(arch, device) if sparse is None else sparse
     lr, hr, message = prepare_input(image, mode, scale)
+    lr, hr, expected = _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)
     comp = Comparison(lr=lr, hr=hr)
-    notes = [message] if message else []
+    notes = [n for n in (message, expected.note, availability(arch, scale, zoo_path)) if n]
     tile = TILE if max(lr.shape[:2]) > TILE_ABOVE else None
-    for name in methods:
+    for i, name in enumerate(methods):
         try:
-            sr, row = _run_method(name, lr, scale, device, sparse, zoo_path, tile)
+            sr, row = _run_method(name, arch, lr, scale, ratio, device, sparse, zoo_path, tile)
         except (FileNotFoundError, ValueError, KeyError, OSError) as e:
             comp.rows.append([name, f"unavailable: {short_reason(e)}", "", "", "", "", ""])
             notes.append(f"{name} is unavailable: {short_reason(e, limit=400)}")
@@ -263,19 +464,27 @@ def compare(
             row[2] = round(iss.metrics.ssim_y(sr, hr, crop_border=scale), 4)
         comp.results[name] = sr
         comp.rows.append(row)
-        if name != BICUBIC and (refused := getattr(resolved_zoo(zoo_path).get(name), "refused", "")):
-            notes.append(f"{name}: Hub copy refused ({short_reason(refused, 200)}); bundled copy used")
+        if name != BICUBIC:
+            found = resolved_zoo(zoo_path).get(find_entry(arch, scale, ratio, name, zoo_path).name)
+            if refused := getattr(found, "refused", ""):
+                notes.append(f"{name}: Hub copy refused ({short_reason(refused, 200)}); bundled copy used")
+        if i + 1 < len(methods):
+            progress = f"{i + 1} of {len(methods)} methods done; running {methods[i + 1]}…"
+            comp.message = "\n\n".join([progress, *notes])
+            yield replace(comp, results=dict(comp.results), rows=list(comp.rows))  # a snapshot
     if not comp.results:
         raise ValueError(
             "none of the chosen methods could run: " + "; ".join(f"{r[0]}: {r[1]}" for r in comp.rows)
         )
     comp.files = _write_pngs(comp, out_dir)
     h_out, w_out = next(iter(comp.results.values())).shape[:2]
+    kernels = "sparse kernels" if sparse and device == "cpu" else "dense kernels"
     summary = (
-        f"x{scale}: LR {lr.shape[1]}x{lr.shape[0]} to {w_out}x{h_out}, {len(comp.results)} method(s) ran."
+        f"{arch} x{scale}: LR {lr.shape[1]}x{lr.shape[0]} to {w_out}x{h_out}, {len(comp.results)} method(s) "
+        f"ran ({kernels}; expected {cost.format_seconds(sum(expected.seconds.values()))})."
     )
     comp.message = "\n\n".join([summary, *notes])
-    return comp
+    yield comp
 
 
 def short_reason(error: BaseException | str, limit: int = 140) -> str:
@@ -287,19 +496,34 @@ def short_reason(error: BaseException | str, limit: int = 140) -> str:
 
 
 def _run_method(
-    name: str, lr: np.ndarray, scale: int, device: str, sparse: bool, zoo_path: str | None, tile: int | None
+    name: str,
+    arch: str,
+    lr: np.ndarray,
+    scale: int,
+    ratio: float | None,
+    device: str,
+    sparse: bool,
+    zoo_path: str | None,
+    tile: int | None,
 ) -> tuple[np.ndarray, list[Any]]:
-    """Upscale ``lr`` with one method; returns the SR and its (unmeasured) table row."""
+    """Upscale ``lr`` with one method (bicubic, or the zoo checkpoint of that method for ``arch``, ``scale``
+    and ``ratio``); returns the SR and its (unmeasured) table row."""
     if name == BICUBIC:
         start = time.perf_counter()
         sr = iss.imresize(lr, scale)
         return sr, [BICUBIC, "", "", "—", "—", "—", round(time.perf_counter() - start, 3)]
-    model, meta = load_model(name, device, sparse, zoo_path)
+    entry = find_entry(arch, scale, ratio, name, zoo_path).name
+    model, meta = load_model(entry, device, sparse, zoo_path)
     if int(meta["scale"]) != scale:
         raise ValueError(f"checkpoint is x{meta['scale']}, not x{scale}")
     start = time.perf_counter()
     sr = iss.infer.upscale(model, lr, tile=tile, device=device)
     seconds = time.perf_counter() - start
+    key = (entry, device, sparse, zoo_path)
+    if key in _WARM or not sparse:  # a sparse model's first call times its layers: no measure of speed
+        flops = _inference_flops(meta["arch"], scale, lr.shape[:2], meta.get("arch_kwargs"))
+        cost.observe("sparse" if sparse else "dense", meta["arch"], device, flops, seconds)
+    _WARM.add(key)
     kept, total = meta["kept"], meta["total"]
     size = f"{meta['size_bytes'] / 1e6:.2f} MB"
     kept_text = f"{kept / 1e3:.0f}k / {total / 1e3:.0f}k ({100 * kept / max(total, 1):.1f}%)"
@@ -359,14 +583,15 @@ def zoom_box(
 def zoom_grid(
     comp: Comparison, box: tuple[int, int, int, int], display: int = 192
 ) -> list[tuple[np.ndarray, str]]:
-    """The same region of every image, blown up (nearest) to ``display`` px and captioned, as paper Fig. 2."""
+    """The same region of every image, blown up (nearest) to ``display`` px, as paper Fig. 2; captioned with
+    the method and, in HR mode, its PSNR (dB, Y) over the region."""
     x0, y0, x1, y1 = box
     tiles = []
     for name, img in comp.views().items():
         crop = Image.fromarray(img[y0:y1, x0:x1]).resize((display, display), Image.NEAREST)
-        caption = name
+        caption = {HR_LABEL: "HR", LR_LABEL: "LR (nearest)"}.get(name, name)
         if comp.hr is not None and name not in (HR_LABEL, LR_LABEL):
-            caption = f"{iss.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f} dB {name}"
+            caption += f" {iss.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f}"
         tiles.append((np.asarray(crop), caption))
     return tiles
 

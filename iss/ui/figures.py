@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -50,6 +51,18 @@ def _layout(fig: go.Figure, title: str, height: int, legend_y: float = -0.16) ->
     return fig
 
 
+def _log_axis(values: Sequence[float]) -> dict:
+    """Tick settings for a log axis: 1-2-5 ticks spanning ``values`` with full labels ("0.02", not "2")."""
+    finite = np.asarray([v for v in values if v is not None and math.isfinite(v) and v > 0], np.float64)
+    if finite.size == 0:
+        return dict(type="log")
+    low, high = math.floor(math.log10(finite.min())), math.ceil(math.log10(finite.max()))
+    step = (1, 2, 5) if high - low <= 3 else (1,)
+    ticks = [m * 10.0**e for e in range(low, high + 1) for m in step]
+    ticks = [t for t in ticks if finite.min() / 2 <= t <= finite.max() * 2]
+    return dict(type="log", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks])
+
+
 def _short(layer: str) -> str:
     """A layer name short enough for a legend: drop the trailing ``.weight``."""
     return layer.removesuffix(".weight")
@@ -81,6 +94,9 @@ def mask_dynamics_figure(
     )
     for run, trace in traces.items():
         color, label = RUN_COLORS.get(run, "black"), RUN_LABELS.get(run, run)
+        x, y = downsample(trace.iterations, trace.flips_total, max_points)
+        line = dict(color=color, width=2.5)
+        fig.add_trace(go.Scatter(x=x, y=y, name=f"{label} all layers", line=line, opacity=0.8), 1, 1)
         for i, layer in enumerate(layer for layer in layers if layer in trace.flips):
             x, y = downsample(trace.iterations, trace.flips[layer], max_points)
             dash = DASHES[i % len(DASHES)]
@@ -122,8 +138,8 @@ def gradient_figure(
                     row,
                     1,
                 )
-    fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_yaxes(type="log", row=2, col=1)
+    fig.update_yaxes(type="log", dtick=1, exponentformat="e", row=1, col=1)
+    fig.update_yaxes(type="log", dtick=1, exponentformat="e", row=2, col=1)
     fig.update_xaxes(title_text="iteration", row=2, col=1)
     _finetune_marks(fig, traces, rows=2)
     return _layout(fig, "Gradients per layer (paper Fig. 4)", 520)
@@ -147,19 +163,77 @@ def training_figure(traces: dict[str, RunTrace], max_points: int = MAX_POINTS) -
             1,
             2,
         )
-    fig.update_yaxes(type="log", row=1, col=1)
+    losses = [v for trace in traces.values() for v in downsample(trace.iterations, trace.loss, max_points)[1]]
+    fig.update_yaxes(**_log_axis(losses), row=1, col=1)
     fig.update_xaxes(title_text="iteration", row=1, col=1)
     fig.update_xaxes(title_text="iteration", row=1, col=2)
     _finetune_marks(fig, traces, rows=1, cols=2)
     return _layout(fig, "Training", 380, legend_y=-0.25)
 
 
-def kept_ratio_figure(layers: Sequence[str], kept: Sequence[float], title: str) -> go.Figure:
-    """Per-layer fraction of kept (non-zero) weights of a checkpoint, in network order."""
-    fig = go.Figure(go.Bar(x=[_short(n) for n in layers], y=list(kept), marker_color="#2ca02c"))
-    fig.update_yaxes(title_text="kept fraction", rangemode="tozero")
-    fig.update_xaxes(showticklabels=len(layers) <= 40, tickangle=-60, tickfont=dict(size=8))
-    return _layout(fig, title, 380)
+def mask_structure_figure(structure: Any, title: str) -> go.Figure:
+    """Where a checkpoint keeps its weights (``sparsity.MaskStructure``): per kernel tap of its 3x3 convs, per
+    layer type (how concentrated on a few channels, relative to a random mask with the same count per layer)
+    and per block (output channels left empty, beside that random mask's)."""
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        column_widths=[0.22, 0.43, 0.35],
+        horizontal_spacing=0.07,
+        subplot_titles=(
+            "kept weights per 3x3 kernel tap (%)",
+            "share of kept weights in the densest 10% of channels,<br>relative to a random mask (1 = random)",
+            "output channels with no kept weight (%)",
+        ),
+    )
+    if structure.taps is not None:
+        taps = 100 * structure.taps
+        fig.add_trace(
+            go.Heatmap(
+                z=taps[::-1].tolist(),
+                text=[[f"{v:.1f}" for v in row] for row in taps[::-1]],
+                texttemplate="%{text}",
+                colorscale="Greens",
+                showscale=False,
+                hovertemplate="%{z:.2f}% of kept weights<extra></extra>",
+            ),
+            1,
+            1,
+        )
+        fig.update_xaxes(showticklabels=False, row=1, col=1)
+        fig.update_yaxes(showticklabels=False, scaleanchor="x", row=1, col=1)
+    types = list(structure.types)
+    series = (("top_out", "output channels", "#2ca02c"), ("top_in", "input channels", "#9467bd"))
+    for key, name, color in series:
+        ratio = [structure.types[t][key] / max(structure.types[t][f"random_{key}"], 1e-12) for t in types]
+        fig.add_trace(go.Bar(x=types, y=ratio, name=name, marker_color=color), 1, 2)
+    fig.add_hline(y=1, line=dict(color="black", dash="dash", width=1), row=1, col=2)
+    blocks = list(structure.blocks)
+    fig.add_trace(
+        go.Bar(
+            x=blocks,
+            y=[100 * structure.blocks[b]["empty_out"] for b in blocks],
+            name="empty output channels",
+            marker_color="#d62728",
+        ),
+        1,
+        3,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=blocks,
+            y=[100 * structure.blocks[b]["random_empty_out"] for b in blocks],
+            mode="markers",
+            marker=dict(symbol="line-ew", size=14, line=dict(width=2, color="black")),
+            name="random mask, same count per layer",
+        ),
+        1,
+        3,
+    )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(tickangle=-45, tickfont=dict(size=9), row=1, col=2)
+    fig.update_xaxes(tickangle=-45, tickfont=dict(size=9), row=1, col=3)
+    return _layout(fig, title, 420, legend_y=-0.45)
 
 
 def magnitude_histogram_figure(groups: dict[str, np.ndarray], title: str, bins: int = 80) -> go.Figure:

@@ -8,14 +8,21 @@ A recording is a folder (``assets/recordings/<name>/``) holding:
 - ``state_<iteration>.safetensors``: resumable states of both runs: model parameters in ``float16`` under
   ``<run>.model.<name>`` (buffers are rebuilt by the architecture) and the pruner's ``state_dict``
   flattened under ``<run>.pruner.<path>``, bool masks bit-packed (``numpy.packbits``); the pruner's non-tensor
-  entries go to the JSON metadata field ``pruner`` (no pickle anywhere). The optimizer state is not kept: a
-  resumed run restarts Adam's moments.
+  entries go to the JSON metadata field ``pruner`` (no pickle anywhere). Optionally, per run, the
+  optimizer's ``state_dict`` (e.g. ``torch.optim.Adam``: moments as saved, usually ``float32``) flattened the
+  same way under ``<run>.optimizer.<path>``, its skeleton in the metadata field ``optimizer``. A state without
+  it (older recordings) still loads; the resumed run then restarts the optimizer (Adam's first steps are
+  larger).
+
+``RunTrace``, ``save_recording``/``load_recording`` and ``save_state``/``load_state`` are a plain library API
+(no gradio): anything that trains ISS-P and IHT, such as separate ``iss.train`` runs, can write a recording.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 RUNS = ("iss-p", "iht")
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
 _SCALAR_SERIES = ("loss", "flips_total", "distance_first", "distance_window")
 _LAYER_SERIES = ("flips", "grad_norm", "grad_var")
 _LOG10_SERIES = ("grad_norm", "grad_var")  # span many decades (variances ~1e-12): stored as float16 log10
@@ -170,27 +178,55 @@ def list_recordings(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/run.json")) if root.is_dir() else []
 
 
-def save_state(path: str | Path, models: dict[str, nn.Module], pruners: dict[str, Any], meta: dict) -> Path:
-    """Save resumable states of several runs in one safetensors file (weights fp16, pruner state as is)."""
+def save_state(
+    path: str | Path,
+    models: dict[str, nn.Module],
+    pruners: dict[str, Any],
+    meta: dict,
+    optimizers: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """Save resumable states of several runs in one safetensors file (weights fp16, pruner state as is).
+
+    ``optimizers`` maps a run to its optimizer's ``state_dict()`` (kept as is); runs left out have none.
+    """
     tensors: dict[str, torch.Tensor] = {}
     pruner_meta: dict[str, Any] = {}
     for run, model in models.items():
         for name, param in model.named_parameters():
             tensors[f"{run}.model.{name}"] = param.detach().cpu().half()
         pruner_meta[run] = _flatten(pruners[run].state_dict(), f"{run}.pruner.", tensors)
+    metadata = {"meta": json.dumps(meta), "pruner": json.dumps(pruner_meta)}
+    if optimizers:
+        skeletons = {run: _flatten(state, f"{run}.optimizer.", tensors) for run, state in optimizers.items()}
+        metadata["optimizer"] = json.dumps(skeletons)
     path = Path(path)
     tensors = {k: v.contiguous() for k, v in tensors.items()}
-    save_file(tensors, str(path), metadata={"meta": json.dumps(meta), "pruner": json.dumps(pruner_meta)})
+    save_file(tensors, str(path), metadata=metadata)
     return path
 
 
-def load_state(path: str | Path, models: dict[str, nn.Module], pruners: dict[str, Any]) -> dict:
-    """Load a ``save_state`` file into ``models`` and ``pruners`` (same runs); returns its ``meta``."""
+def optimizer_runs(path: str | Path) -> list[str]:
+    """Runs whose optimizer state a ``save_state`` file holds (reads only the header)."""
+    with safe_open(str(path), framework="pt") as f:
+        return list(json.loads(f.metadata().get("optimizer", "{}")))
 
+
+def load_state(
+    path: str | Path,
+    models: dict[str, nn.Module],
+    pruners: dict[str, Any],
+    optimizers: dict[str, torch.optim.Optimizer] | None = None,
+) -> dict:
+    """Load a ``save_state`` file into ``models`` and ``pruners`` (same runs); returns its ``meta``.
+
+    The optimizers in ``optimizers`` (built over the loaded models' parameters, on their final device) get
+    their saved state where the file has one (``optimizer_runs``) and are left fresh otherwise.
+    """
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata()
     tensors = load_file(str(path))
     pruner_meta = json.loads(metadata["pruner"])
+    optimizer_meta = json.loads(metadata.get("optimizer", "{}"))
     for run, model in models.items():
         prefix = f"{run}.model."
         params = dict(model.named_parameters())
@@ -201,6 +237,9 @@ def load_state(path: str | Path, models: dict[str, nn.Module], pruners: dict[str
             for name, value in state.items():
                 params[name].copy_(value.to(params[name].dtype))
         pruners[run].load_state_dict(_unflatten(pruner_meta[run], f"{run}.pruner.", tensors))
+    for run, optimizer in (optimizers or {}).items():
+        if run in optimizer_meta:
+            optimizer.load_state_dict(_unflatten(optimizer_meta[run], f"{run}.optimizer.", tensors))
     return json.loads(metadata["meta"])
 
 
@@ -232,3 +271,159 @@ def _unflatten(skeleton: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any
     if isinstance(skeleton, dict) and "__list__" in skeleton:
         return [_unflatten(v, key, tensors) for v in skeleton["__list__"]]
     return skeleton
+
+
+# ------------------------------------------------------------------------------------ recording a train run
+
+
+def validation_pair(scale: int, size: int = 96) -> tuple[np.ndarray, np.ndarray]:
+    """A small fixed (LR, HR) pair for the quick validation PSNR: the centre of the first bundled photo."""
+    from iss.data import modcrop, read_image
+    from iss.resize import imresize
+
+    hr = read_image(sorted(EXAMPLES_DIR.glob("*.png"))[0])
+    h, w = hr.shape[:2]
+    side = min(size - size % int(scale), h, w)
+    y0, x0 = (h - side) // 2, (w - side) // 2
+    hr = modcrop(hr[y0 : y0 + side, x0 : x0 + side], int(scale))
+    return imresize(hr, 1 / int(scale)), hr
+
+
+def validate(model: nn.Module, pair: tuple[np.ndarray, np.ndarray], scale: int) -> float:
+    """PSNR (Y) of ``model`` on the validation pair."""
+    from iss.infer import upscale
+    from iss.metrics import psnr_y
+
+    lr, hr = pair
+    return psnr_y(upscale(model, lr), hr, crop_border=int(scale))
+
+
+class TrainRecorder:
+    """Records one ``iss.train`` run of ISS-P or IHT in this format, in ``folder``.
+
+    Fed every ``TrainEvent``: the telemetry of each iteration (``iss.pruning.TelemetryRecorder``: no host sync
+    per step, read back on checked iterations), a quick validation PSNR every ``validate_every`` iterations,
+    and resumable states with the optimizer's moments (bf16) at the iterations in ``states``. The recording is
+    written whenever the run saves its state, so a paused or killed run resumes its recording with it.
+    """
+
+    def __init__(self, folder: str | Path, run: str, config: dict[str, Any], *, states: tuple[int, ...] = (),
+                 validate_every: int = 100) -> None:  # fmt: skip
+        self.folder, self.run, self.config = Path(folder), run, dict(config)
+        self.states, self.validate_every = set(states), validate_every
+        self.pair = validation_pair(config["scale"])
+        self.trace: RunTrace | None = None
+        self.telemetry: Any = None
+        self.began, self.seconds = time.perf_counter(), 0.0
+
+    def observe(self, event: Any) -> None:
+        """Take one iteration's ``TrainEvent``."""
+        if self.trace is None:
+            self._start(event.trainer.pruner, event.iteration - 1)
+        self.telemetry.record(event.trainer.last_loss)
+        if event.iteration % self.validate_every == 0:
+            self.trace.val_iterations.append(event.iteration)
+            self.trace.val_psnr.append(validate(event.model, self.pair, self.config["scale"]))
+        if event.iteration in self.states:
+            self._save_state(event)
+        if event.loss is not None:  # the host waited for this iteration anyway
+            self.flush()
+        if event.saved:
+            self.write()
+
+    def flush(self) -> None:
+        """Move the queued iterations' telemetry into the trace."""
+        for stats, loss in self.telemetry.flush() if self.telemetry else []:
+            self.trace.observe(stats)
+            self.trace.commit(stats.iteration, loss)
+
+    def write(self) -> None:
+        """Write ``run.json`` and ``series.npz`` of what was recorded so far."""
+        if self.trace is None:
+            return
+        self.flush()
+        now = time.perf_counter()
+        self.seconds, self.began = self.seconds + now - self.began, now
+        save_recording(
+            self.folder, {**self.config, "seconds": round(self.seconds, 1)}, {self.run: self.trace}
+        )
+
+    def _start(self, pruner: Any, start: int) -> None:
+        """A new trace, or the recorded one cut back to ``start`` (a resumed run repeats what came after)."""
+        from iss.pruning import TelemetryRecorder
+
+        self.telemetry = TelemetryRecorder(pruner)
+        self.trace = RunTrace(layers=pruner.layer_names)
+        if (self.folder / "run.json").is_file():
+            config, traces = load_recording(self.folder)
+            self.seconds = config.get("seconds", 0.0)
+            self.config["states"] = [s for s in config.get("states", []) if s["iteration"] <= start]
+            self.trace = _cut(traces[self.run], start)
+        self.config.setdefault("states", [])
+
+    def _save_state(self, event: Any) -> None:
+        """A resumable state of this run, the optimizer's moments in bf16 (loading casts them back)."""
+        trainer = event.trainer
+        optimizer = trainer.optimizer.state_dict()  # holds the live state: copy, never change it
+        optimizer["state"] = {
+            i: {
+                k: v.bfloat16() if k != "step" and v.is_floating_point() else v.clone()
+                for k, v in state.items()
+            }
+            for i, state in optimizer["state"].items()
+        }
+        name = f"state_{event.iteration}.safetensors"
+        meta = {"iteration": event.iteration, **{k: self.config[k] for k in _STATE_KEYS}}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        save_state(self.folder / name, {self.run: event.model}, {self.run: trainer.pruner}, meta,
+                   {self.run: optimizer})  # fmt: skip
+        self.config["states"].append({"iteration": event.iteration, "file": name})
+
+
+_STATE_KEYS = ("arch", "scale", "ratio", "alpha", "prune_iters", "arch_kwargs")
+
+
+def _cut(trace: RunTrace, iteration: int) -> RunTrace:
+    """``trace`` up to and including ``iteration``."""
+    keep = sum(1 for i in trace.iterations if i <= iteration)
+    cut = RunTrace(layers=trace.layers, finetune_from=trace.finetune_from)
+    cut.iterations = trace.iterations[:keep]
+    for series in _SCALAR_SERIES:
+        setattr(cut, series, getattr(trace, series)[:keep])
+    for series in _LAYER_SERIES:
+        setattr(cut, series, {name: values[:keep] for name, values in getattr(trace, series).items()})
+    val = sum(1 for i in trace.val_iterations if i <= iteration)
+    cut.val_iterations, cut.val_psnr = trace.val_iterations[:val], trace.val_psnr[:val]
+    if cut.finetune_from is not None and cut.finetune_from > iteration:
+        cut.finetune_from = None
+    return cut
+
+
+def merge_recordings(parts: dict[str, Path], out: str | Path, config: dict[str, Any]) -> Path:
+    """One recording in ``out`` from single-run recordings (``{run: folder}``, e.g. the zoo factory's ISS-P
+    and IHT cells): both series, and one state file per iteration that every part saved."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    traces, configs = {}, {}
+    for run, folder in parts.items():
+        configs[run], found = load_recording(folder)
+        traces[run] = found[run]
+    common = set.intersection(*({s["iteration"] for s in c.get("states", [])} for c in configs.values()))
+    states = []
+    for iteration in sorted(common):
+        name = f"state_{iteration}.safetensors"
+        tensors: dict[str, torch.Tensor] = {}
+        metadata: dict[str, Any] = {}
+        for folder in parts.values():
+            path = Path(folder) / name
+            tensors.update(load_file(str(path)))
+            with safe_open(str(path), framework="pt") as f:
+                for key, value in f.metadata().items():
+                    metadata[key] = {**metadata.get(key, {}), **json.loads(value)} if key != "meta" else value
+        save_file(tensors, str(out / name), metadata={k: v if k == "meta" else json.dumps(v)
+                                                      for k, v in metadata.items()})  # fmt: skip
+        states.append({"iteration": iteration, "file": name})
+    seconds = sum(c.get("seconds", 0.0) for c in configs.values())
+    done = min(len(t.iterations) for t in traces.values())
+    timing = {"seconds": round(seconds, 1), "seconds_per_iteration": seconds / max(done, 1)}
+    return save_recording(out, {**config, **timing, "states": states}, traces)

@@ -1,11 +1,17 @@
 """The Sparsity tab: where a zoo checkpoint keeps its weights, and the zoo's scores beside the paper's.
 
-The paper's Tables 1-5 are bundled as ``paper_results.json``. No gradio.
+Every pruner here keeps the same fraction of every layer, so per-layer kept fractions say nothing; the mask's
+structure does: which kernel taps, how concentrated on a few channels, how many output channels are left
+empty, each beside a random mask with the same count per layer. The paper's Tables 1-5 are bundled as
+``paper_results.json``; the bicubic rows come from ``benchmarks/results/bicubic_x{2,3,4}.json``. No gradio.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +20,10 @@ from torch import nn
 
 import iss
 from iss.ui import figures
-from iss.ui.compare import load_model, short_reason, zoo
+from iss.ui.compare import BICUBIC, ROOT, load_model, short_reason, zoo
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.json")
+BICUBIC_RESULTS = ROOT / "benchmarks" / "results"  # bicubic_x{scale}.json, from `python -m iss eval`
 ZOO_VS_PAPER_HEADERS = [
     "zoo entry",
     "budget (iterations)",
@@ -27,12 +34,96 @@ ZOO_VS_PAPER_HEADERS = [
     "paper SSIM",
     "paper table",
 ]
+TOP_CHANNELS = 0.1  # "densest 10% of channels"
+
+
+@dataclass
+class MaskStructure:
+    """Where the kept (non-zero) weights of a model sit; fractions in [0, 1], ``random_*`` for a random mask
+    with the same number of kept weights per layer."""
+
+    taps: np.ndarray | None  # (3, 3): share of the 3x3 convs' kept weights at each kernel tap
+    types: dict[str, dict[str, float]]  # layer type -> top_out, top_in (+ random_): share in densest channels
+    blocks: dict[str, dict[str, float]]  # block -> empty_out (+ random_): output channels with nothing kept
+    kept: int
+    total: int
+
+
+def prunable_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    """The Conv2d/Linear weights of ``model`` (what the pruners act on) by parameter name, as arrays."""
+    return {
+        f"{name}.weight": module.weight.detach().cpu().numpy()
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Conv2d | nn.Linear)
+    }
+
+
+def layer_type(name: str) -> str:
+    """A layer's kind, from its name without indices: ``layers.0.residual_group.blocks.3.attn.qkv.weight`` ->
+    ``attn.qkv``, ``body.7.conv1.weight`` -> ``body.conv1``, ``conv_first.weight`` -> ``conv_first``."""
+    parts = [p for p in name.removesuffix(".weight").split(".") if not p.isdigit()]
+    return ".".join(parts[-2:])
+
+
+def block_of(name: str) -> str:
+    """The top-level block a layer belongs to: ``layers.2``, ``body.17``, or the layer itself (head, tail)."""
+    match = re.match(r"^([^.]+\.\d+)\.", name)
+    return match.group(1) if match else name.removesuffix(".weight").split(".")[0]
+
+
+def mask_structure(weights: dict[str, np.ndarray], seed: int = 0) -> MaskStructure:
+    """Kernel-tap, channel-concentration and empty-channel statistics of the non-zeros of ``weights``."""
+    rng = np.random.default_rng(seed)
+    taps = np.zeros((3, 3))
+    top: dict[str, list[np.ndarray]] = defaultdict(list)  # type -> rows of [top_out, top_in, random ...]
+    empty: dict[str, list[np.ndarray]] = defaultdict(list)  # block -> rows of [empty, random, channels]
+    kept = total = 0
+    for name, weight in weights.items():
+        mask = weight != 0
+        shuffled = rng.permutation(mask.ravel()).reshape(mask.shape)
+        kept, total = kept + int(mask.sum()), total + mask.size
+        if mask.ndim == 4 and mask.shape[2:] == (3, 3):
+            taps += mask.sum(axis=(0, 1))
+        top[layer_type(name)].append(
+            np.array([*_concentration(mask), *_concentration(shuffled), mask.sum()], np.float64)
+        )
+        empty[block_of(name)].append(np.array([_empty_rows(mask), _empty_rows(shuffled), mask.shape[0]]))
+    types = {}
+    for kind, rows in top.items():
+        stats = np.average(np.stack(rows)[:, :4], axis=0, weights=[max(r[4], 1) for r in rows])
+        types[kind] = dict(zip(("top_out", "top_in", "random_top_out", "random_top_in"), stats, strict=True))
+    blocks = {}
+    for block, rows in empty.items():
+        a = np.stack(rows)
+        blocks[block] = {
+            "empty_out": a[:, 0].sum() / a[:, 2].sum(),
+            "random_empty_out": a[:, 1].sum() / a[:, 2].sum(),
+        }
+    return MaskStructure(taps / taps.sum() if taps.sum() else None, types, blocks, kept, total)
+
+
+def _concentration(mask: np.ndarray) -> tuple[float, float]:
+    """Share of a layer's kept weights in its densest ``TOP_CHANNELS`` of output and of input channels."""
+    out = mask.reshape(mask.shape[0], -1).sum(axis=1)
+    inp = np.moveaxis(mask, 1, 0).reshape(mask.shape[1], -1).sum(axis=1)
+    return _top_share(out), _top_share(inp)
+
+
+def _top_share(counts: np.ndarray) -> float:
+    """Share of the total held by the largest ``TOP_CHANNELS`` of ``counts`` (at least one)."""
+    n = max(1, round(TOP_CHANNELS * counts.size))
+    return float(np.sort(counts)[-n:].sum() / max(counts.sum(), 1))
+
+
+def _empty_rows(mask: np.ndarray) -> int:
+    """Output channels (rows) of a layer with no kept weight."""
+    return int((mask.reshape(mask.shape[0], -1).sum(axis=1) == 0).sum())
 
 
 def sparsity_view(
     name: str, layer: str | None = None, zoo_path: str | None = None
 ) -> tuple[Any, Any, list[str]]:
-    """Per-layer kept fraction and magnitude histograms (model, one layer) of zoo entry ``name``.
+    """The mask-structure figure and magnitude histograms (model, one layer) of zoo entry ``name``.
 
     A checkpoint that cannot be loaded raises ``ValueError("<name> is unavailable: <reason>")``, one line
     without server paths.
@@ -41,22 +132,20 @@ def sparsity_view(
         model, meta = load_model(name, "cpu", False, zoo_path)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise ValueError(f"{name} is unavailable: {short_reason(e, 300)}") from None
-    weights = {
-        f"{module_name}.weight": module.weight.detach().cpu().numpy().ravel()
-        for module_name, module in model.named_modules()
-        if isinstance(module, nn.Conv2d | nn.Linear)
-    }
-    layers = list(weights)
-    kept = [float(np.count_nonzero(w)) / w.size for w in weights.values()]
-    total_kept = sum(np.count_nonzero(w) for w in weights.values())
-    title = f"{name}: kept fraction per layer ({total_kept:,} weights kept)"
-    groups = {"whole model": np.concatenate(list(weights.values()))}
+    weights = prunable_weights(model)
+    structure = mask_structure(weights)
+    kept_share = structure.kept / max(structure.total, 1)
+    title = (
+        f"{name}: where the {structure.kept:,} kept weights sit ({100 * kept_share:.1f}% of "
+        f"{structure.total:,}; every layer keeps the same fraction)"
+    )
+    groups = {"whole model": np.concatenate([w.ravel() for w in weights.values()])}
     if layer in weights:
-        groups[layer] = weights[layer]
+        groups[layer] = weights[layer].ravel()
     return (
-        figures.kept_ratio_figure(layers, kept, title),
+        figures.mask_structure_figure(structure, title),
         figures.magnitude_histogram_figure(groups, f"{name}: weight magnitudes (ratio {meta.get('ratio')})"),
-        layers,
+        list(weights),
     )
 
 
@@ -65,11 +154,25 @@ def paper_results() -> dict[str, Any]:
     return json.loads(PAPER_RESULTS.read_text())
 
 
+def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
+    """Our bicubic PSNR/SSIM per benchmark set at ``scale`` (empty when the results file is absent)."""
+    path = BICUBIC_RESULTS / f"bicubic_x{int(scale)}.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def zoo_vs_paper(zoo_path: str | None = None) -> list[list[Any]]:
-    """One row per (zoo entry, benchmark set): the zoo's PSNR/SSIM beside the paper's same cell."""
+    """One row per (zoo entry, benchmark set): the zoo's PSNR/SSIM beside the paper's same cell, after a
+    bicubic row per set for each scale the zoo has (the baseline every SR method must beat)."""
     rows = []
+    entries = zoo(zoo_path)
+    for scale in sorted({int(e.scale) for e in entries}):
+        for set_name, scores in bicubic_results(scale).items():
+            rows.append([
+                f"{BICUBIC} x{scale}", "—", set_name, round(scores["psnr"], 4), round(scores["ssim"], 6),
+                "", "", "not in the paper's tables",
+            ])  # fmt: skip
     paper = paper_results()["rows"]
-    for entry in zoo(zoo_path):
+    for entry in entries:
         cells = [
             r for r in paper
             if r["arch"] == entry.arch and r["scale"] == int(entry.scale) and r["method"] == entry.method
