@@ -15,7 +15,10 @@ import torch
 from PIL import Image
 
 from iss import checkpoint, factory, train, zoo
+from iss.evaluate import evaluate
+from iss.infer import model_upscaler
 from iss.plan import load_plan
+from iss.ui import analysis
 from iss.ui.recording import load_recording, optimizer_runs
 from tests.common import ROOT
 
@@ -108,6 +111,10 @@ def test_a_cell_paused_at_its_deadline_resumes_exactly(
     )
     assert finished.keys() == reference.keys()
     assert all(torch.equal(finished[k], reference[k]) for k in finished)
+    # Metrics come from the sparse CPU path; they equal PyTorch's dense evaluation.
+    model, _ = checkpoint.load(folder / "model.safetensors")
+    dense = evaluate(model_upscaler(model), ["Set5"], 2, data_dir / "benchmarks", progress=False)
+    assert record.metrics["Set5"]["psnr"] == pytest.approx(dense["Set5"]["psnr"], abs=1e-3)
 
 
 def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) -> None:
@@ -120,7 +127,7 @@ def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) 
 
 @pytest.mark.slow
 def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
-    tmp_path: Path, data_dir: Path
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The command a GPU session runs: a first call that runs out of time, a second that finishes the plan
     (two cells at once); every checkpoint equals an uninterrupted ``iss.train`` run of its cell, and the
@@ -180,6 +187,7 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     assert set(traces) == {"iss-p", "iht"} and config["iterations_done"] == 150
     state = tmp_path / "rec" / "swinir-light_x2_r0.5_cpu" / config["states"][-1]["file"]
     assert sorted(optimizer_runs(state)) == ["iht", "iss-p"]
+    _check_the_analysis_tab_reads(tmp_path / "rec", "swinir-light_x2_r0.5_cpu", config, monkeypatch)
     for entry in zoo.load_zoo(manifest):
         zoo.verify(entry.bundled, entry)
         model, meta = checkpoint.load(entry.bundled)
@@ -192,6 +200,27 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
             weight = model.get_parameter(name.removesuffix(checkpoint.MASK_SUFFIX))
             kept = int(checkpoint.unpack_mask(tensors[name], weight.shape).sum())
             assert kept == weight.numel() - int(np.ceil(round(entry.ratio * weight.numel(), 6))), name
+
+
+def _check_the_analysis_tab_reads(
+    recordings: Path, name: str, config: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Analysis tab shows a factory recording whole and starts a live run from its latest state, with
+    the recorded backbone, K_p and Adam moments."""
+    monkeypatch.setattr(analysis, "RECORDINGS_DIR", recordings)
+    iterations = [s["iteration"] for s in config["states"]]
+    assert analysis.recorded_states() == [analysis.RANDOM_INIT] + [f"{name} @ {i}" for i in iterations]
+    start = analysis.default_start()
+    assert start == f"{name} @ {max(iterations)}"
+    settings = analysis.start_settings(start)
+    assert settings["optimizer"] and settings["arch_kwargs"] == TINY_SWINIR
+    assert settings["prune_iters"] == config["prune_iters"]
+    *_, status = list(analysis.train_live(iterations=2, start=start, patch=8, batch=2, update_seconds=0.0))[
+        -1
+    ]
+    assert f"iteration {max(iterations) + 2} " in status
+    assert "with the optimizer's state (Adam's moments) as recorded" in status
+    assert f"{config['iterations_done']} iterations of each run" in analysis.recorded_figures(name)[-1]
 
 
 def test_merge_keeps_a_gpu_entry_from_a_cpu_one(tmp_path: Path) -> None:

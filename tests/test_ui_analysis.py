@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
@@ -11,7 +10,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 import torch
-from common import ROOT, TINY
+from common import TINY
 
 import iss
 from iss.train import NonFiniteLossError
@@ -60,70 +59,6 @@ def test_live_run_state_round_trip(tmp_path: Path) -> None:
     assert traces["iht"].loss == pytest.approx(run.traces["iht"].loss, rel=1e-3)
     layer = config["layers"][0]
     assert traces["iss-p"].grad_norm[layer] == pytest.approx(run.traces["iss-p"].grad_norm[layer], rel=0.01)
-
-
-@pytest.mark.slow  # two short training runs
-def test_record_analysis_script_writes_a_resumable_recording(tmp_path: Path, monkeypatch) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("record", ROOT / "benchmarks" / "record_analysis.py")
-    record = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(record)
-    out = tmp_path / "rec"
-    args = ["--out", str(out), "--iterations", "4", "--states", "2", "--flush-every", "2", "--batch", "2",
-            "--patch", "8", "--arch-kwargs", json.dumps(TINY), "--ratio", "0.9"]  # fmt: skip
-    assert record.main(args) == 0
-    config, traces = load_recording(out)
-    assert config["iterations_done"] == 4 and [s["iteration"] for s in config["states"]] == [2, 4]
-    assert len(config["layers"]) > 2 and traces["iss-p"].iterations == [1, 2, 3, 4]
-    run = analysis.build_live_run("swinir-light", 2, 0.9, 0.95, 100_000, None, arch_kwargs=TINY)
-    meta = load_state(out / "state_4.safetensors", run.models, run.pruners)
-    assert meta["iteration"] == 4 and run.pruners["iht"].iteration == 4
-    # a live run can start from a recorded state (the latest by default), with Adam's moments as recorded
-    monkeypatch.setattr(analysis, "RECORDINGS_DIR", tmp_path)
-    assert analysis.recorded_states() == [analysis.RANDOM_INIT, "rec @ 2", "rec @ 4"]
-    assert analysis.default_start() == "rec @ 4"
-    settings = analysis.start_settings("rec @ 2")
-    assert settings["optimizer"] and settings["prune_iters"] == 100_000 and settings["ratio"] == 0.9
-    resumed = analysis.build_live_run("swinir-light", 2, 0.5, 0.5, 10, None, "rec @ 4")
-    assert resumed.optimizer_restored and resumed.config["prune_iters"] == 100_000
-    assert all(int(s["step"]) == 4 for s in resumed.trainers["iss-p"].optimizer.state.values())
-    *_, status = list(
-        analysis.train_live(iterations=2, start="rec @ 2", patch=8, batch=2, update_seconds=0.0)
-    )[-1]
-    assert "iteration 4 " in status and "too short" not in status
-    assert "with the optimizer's state (Adam's moments) as recorded" in status and "K_p 100,000" in status
-    figs = analysis.recorded_figures("rec")
-    assert "4 iterations of each run" in figs[-1]
-    assert record.main(["--out", str(out), "--rewrite", "--keep-states", "last"]) == 0
-    assert [s["iteration"] for s in load_recording(out)[0]["states"]] == [4]
-    assert not (out / "state_2.safetensors").exists() and (out / "state_4.safetensors").exists()
-
-
-def test_rewrite_upgrades_states_without_threshold_hints(tmp_path: Path) -> None:
-    import importlib.util
-
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
-    spec = importlib.util.spec_from_file_location("record", ROOT / "benchmarks" / "record_analysis.py")
-    record = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(record)
-    run = analysis.build_live_run("swinir-light", 2, 0.9, 0.95, 100, None, arch_kwargs=TINY)
-    path = save_state(tmp_path / "state_0.safetensors", run.models, run.pruners, {"iteration": 0})
-    save_recording(tmp_path, {"states": [{"iteration": 0, "file": path.name}]}, run.traces)
-    tensors = load_file(str(path))  # make it look like a state from before ``tau`` existed
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata()
-    pruners = json.loads(metadata["pruner"])
-    for skeleton in pruners.values():
-        skeleton["__dict__"] = [kv for kv in skeleton["__dict__"] if kv[0] != "tau"]
-    tensors = {k: v for k, v in tensors.items() if ".pruner.tau/" not in k}
-    save_file(tensors, str(path), metadata={**metadata, "pruner": json.dumps(pruners)})
-    with pytest.raises(KeyError, match="tau"):
-        load_state(path, run.models, run.pruners)
-    assert record.main(["--out", str(tmp_path), "--rewrite"]) == 0
-    assert load_state(path, run.models, run.pruners) == {"iteration": 0}
 
 
 def _live(iterations: int = 3, **kwargs):

@@ -3,8 +3,8 @@
 A live run (``train_live``) is planned and bounded by ``plan_live_run`` (expected time and memory, from
 ``iss.ui.cost``), built by ``build_live_run`` and fed by ``training_batches``; it stops cleanly between
 iterations when its ``stop`` event is set. The recorded runs bundled in ``assets/recordings`` are shown whole
-and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P and IHT differ).
-Also used by ``benchmarks/record_analysis.py`` to make those recordings. No gradio.
+and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P and IHT differ);
+the zoo factory makes them (``iss.ui.recording.TrainRecorder``). No gradio.
 """
 
 from __future__ import annotations
