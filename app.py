@@ -230,7 +230,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
     archs = compare.backbones(zoo_path)
     arch0 = "swinir-light" if "swinir-light" in archs else archs[0]
-    scale0 = 4
+    scale0 = compare.default_scale(arch0, zoo_path)
     ratio_choices = compare.ratios(arch0, scale0, zoo_path)
     ratio0 = ratio_choices[-1] if ratio_choices else None
     methods0 = compare.method_choices(arch0, scale0, ratio0, zoo_path)

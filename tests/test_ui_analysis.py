@@ -145,13 +145,14 @@ def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
         analysis.plan_live_run("edsr-l", 4, 10, 16, 4, device="cpu")
 
 
-def test_bundled_recording_is_the_default_start_and_says_it_lacks_optimizer_state(
+def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The factory's CPU recording (SwinIR-light x2, 0.95, K_p 3,000): the app starts from its last state."""
     monkeypatch.setattr(analysis.cost, "gflops", lambda kind, arch, device: 50.0)
     start = analysis.default_start()
-    assert start == "swinir-light_x2_r0.95_cpu @ 4966"
+    assert start == "swinir-light_x2_r0.95_cpu @ 2250"
     settings = analysis.start_settings(start)
-    assert not settings["optimizer"] and settings["prune_iters"] == 100_000
+    assert settings["optimizer"] and settings["prune_iters"] == 3000
     text = analysis.plan_live_run("swinir-light", 4, 10, 16, 4, start, device="cpu").describe()
-    assert "without (an older recording: Adam restarts) optimizer state" in text and "swinir-light x2" in text
+    assert "with optimizer state" in text and "swinir-light x2" in text

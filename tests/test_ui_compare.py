@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from common import TINY
+from common import ROOT, TINY
 from huggingface_hub import constants
 from PIL import Image
 
@@ -167,6 +167,19 @@ def test_find_entry_is_driven_by_the_manifest(tiny_zoo: str, tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError, match=r"edsr-l x2 r0\.5 iht"):
         compare.find_entry("edsr-l", 2, 0.5, "iht", tiny_zoo)
     assert compare.all_methods(tiny_zoo) == ["bicubic", "iht", "iss-p"]
+
+
+def test_the_tab_opens_at_the_scale_that_gains_most_over_bicubic(tmp_path: Path) -> None:
+    entries = json.loads((ROOT / "checkpoints" / "zoo.json").read_text())["entries"]
+    x4 = [e for e in entries if e["arch"] == "swinir-light" and e["scale"] == 4]
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"version": 1, "entries": x4}))
+    assert compare.default_scale("swinir-light", str(manifest)) == 4  # every x4 entry is below bicubic
+    bicubic = compare.bicubic_results(2)["Set5"]["psnr"]
+    x2 = {**x4[0], "name": "x2", "scale": 2, "metrics": {"Set5": {"psnr": bicubic + 0.5, "ssim": 0.9}}}
+    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2]}))
+    assert compare.default_scale("swinir-light", str(manifest)) == 2
+    assert compare.default_scale("edsr-l", str(manifest)) == 4  # no entry: x4
 
 
 def test_compare_streams_one_result_per_method(tiny_zoo: str) -> None:

@@ -11,6 +11,7 @@ out (PIL/ndarray images, numbers, lists), no gradio.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
@@ -107,6 +108,25 @@ def backbones(zoo_path: str | None = None) -> list[str]:
     """Every backbone the zoo or the library has: those with zoo entries first, then the others."""
     in_zoo = sorted({e.arch for e in zoo(zoo_path)})
     return in_zoo + [a for a in iss.archs.list_archs() if a not in in_zoo]
+
+
+def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
+    """Our bicubic PSNR/SSIM per benchmark set at ``scale`` (empty when the results file is absent)."""
+    path = ROOT / "benchmarks" / "results" / f"bicubic_x{int(scale)}.json"  # from `python -m iss eval`
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def default_scale(arch: str, zoo_path: str | None = None) -> int:
+    """The scale the Compare tab opens at: where ``arch``'s best checkpoint gains most over bicubic on Set5
+    (x4 when none has a Set5 score), so that a first look shows what super-resolution adds."""
+    gains: dict[int, float] = {}
+    for entry in zoo(zoo_path):
+        scale = int(entry.scale)
+        score = entry.metrics.get("Set5", {}).get("psnr") if entry.arch == arch else None
+        bicubic = bicubic_results(scale).get("Set5", {}).get("psnr")
+        if score is not None and bicubic is not None:
+            gains[scale] = max(gains.get(scale, -math.inf), score - bicubic)
+    return max(gains, key=gains.__getitem__, default=4)
 
 
 def ratios(arch: str, scale: int, zoo_path: str | None = None) -> list[float]:

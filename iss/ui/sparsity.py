@@ -20,10 +20,9 @@ from torch import nn
 
 import iss
 from iss.ui import figures
-from iss.ui.compare import BICUBIC, ROOT, load_model, short_reason, zoo
+from iss.ui.compare import BICUBIC, bicubic_results, load_model, short_reason, zoo
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.json")
-BICUBIC_RESULTS = ROOT / "benchmarks" / "results"  # bicubic_x{scale}.json, from `python -m iss eval`
 ZOO_VS_PAPER_HEADERS = [
     "zoo entry",
     "budget (iterations)",
@@ -152,12 +151,6 @@ def sparsity_view(
 def paper_results() -> dict[str, Any]:
     """The paper's Tables 1-5 as parsed into ``paper_results.json``."""
     return json.loads(PAPER_RESULTS.read_text())
-
-
-def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
-    """Our bicubic PSNR/SSIM per benchmark set at ``scale`` (empty when the results file is absent)."""
-    path = BICUBIC_RESULTS / f"bicubic_x{int(scale)}.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def zoo_vs_paper(zoo_path: str | None = None) -> list[list[Any]]:
