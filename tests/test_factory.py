@@ -73,6 +73,12 @@ def _plan(tmp_path: Path, iters: tuple[int, int] = (40, 30)) -> Path:
     return path
 
 
+def _zoo_train(plan: Path, work: Path, data_dir: Path) -> list[str]:
+    """The ``zoo train`` command line of a test: one CPU thread per cell (add ``--minutes``)."""
+    return [sys.executable, "-m", "iss", "zoo", "train", "--plan", str(plan), "--work", str(work),
+            "--data-dir", str(data_dir), "--device", "cpu", "--threads", "1"]  # fmt: skip
+
+
 def _tensors(path: Path) -> dict[str, torch.Tensor]:
     return checkpoint.read(path)[0]
 
@@ -134,23 +140,7 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     merged zoo entries verify, load, and are exactly as sparse as claimed."""
     plan_path = _plan(tmp_path, iters=(150, 60))
     plan, work = load_plan(plan_path), tmp_path / "work"
-    command = [
-        sys.executable,
-        "-m",
-        "iss",
-        "zoo",
-        "train",
-        "--plan",
-        str(plan_path),
-        "--work",
-        str(work),
-        "--data-dir",
-        str(data_dir),
-        "--device",
-        "cpu",
-        "--threads",
-        "1",
-    ]
+    command = _zoo_train(plan_path, work, data_dir)
     first = subprocess.run([*command, "--minutes", "0.3"], capture_output=True, text=True, cwd=ROOT)
     assert first.returncode == 0, first.stderr[-2000:]
     assert factory.pending(plan, work, data_dir / "benchmarks"), "the first call should not finish the plan"
@@ -240,25 +230,7 @@ def test_sigterm_pauses_the_running_cells_cleanly(tmp_path: Path, data_dir: Path
     and record agree, nothing is lost since the last save, and the log says ``paused``."""
     plan_path = _plan(tmp_path, iters=(5000, 60))
     work = tmp_path / "work"
-    command = [
-        sys.executable,
-        "-m",
-        "iss",
-        "zoo",
-        "train",
-        "--plan",
-        str(plan_path),
-        "--work",
-        str(work),
-        "--data-dir",
-        str(data_dir),
-        "--device",
-        "cpu",
-        "--threads",
-        "1",
-        "--minutes",
-        "9",
-    ]
+    command = [*_zoo_train(plan_path, work, data_dir), "--minutes", "9"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = work / "swinir-light_x2_iss-p_r0.5" / "log.jsonl"
     deadline = time.monotonic() + 120
