@@ -148,11 +148,11 @@ def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The factory's CPU recording (SwinIR-light x2, 0.95, K_p 3,000): the app starts from its last state."""
+    """The factory's CPU recording (SwinIR-light x4, 0.95, K_p 3,000): the app starts from its last state."""
     monkeypatch.setattr(analysis.cost, "gflops", lambda kind, arch, device: 50.0)
     start = analysis.default_start()
-    assert start == "swinir-light_x2_r0.95_cpu @ 2250"
+    assert start == "swinir-light_x4_r0.95_cpu @ 2250"
     settings = analysis.start_settings(start)
     assert settings["optimizer"] and settings["prune_iters"] == 3000
     text = analysis.plan_live_run("swinir-light", 4, 10, 16, 4, start, device="cpu").describe()
-    assert "with optimizer state" in text and "swinir-light x2" in text
+    assert "with optimizer state" in text and "swinir-light x4" in text
