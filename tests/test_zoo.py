@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from fakehub import FakeHub, cache_put, closed_port_url
 from huggingface_hub import constants, metadata_load
 
 import iss
-from iss import cli, zoo
+from iss import checkpoint, cli, zoo
 
 pytestmark = pytest.mark.usefixtures("isolated_hub")
 
@@ -466,4 +467,20 @@ def test_markdown_table_shows_budget_bicubic_and_paper() -> None:
     assert "**swinir-light x4, ratio 0.95**" in table
     assert "| bicubic | 28.43/0.8111 |" in table
     assert "| paper iss-p (table 2) | 31.16/0.8775 |" in table
-    assert "1,600 it (K_p 800), batch 4, patch 16; cpu" in table
+    assert "6,000 it (K_p 3,000), batch 4, patch 16; cpu" in table
+
+
+def test_every_bundled_entry_verifies_and_is_exactly_as_sparse_as_claimed() -> None:
+    """What the README promises of the bundled zoo: each file matches its sha256 and loads, and every pruned
+    layer keeps exactly ``n - ceil(ratio * n)`` weights, all others zero."""
+    for entry in zoo.load_zoo():
+        zoo.verify(entry.bundled, entry)
+        model, _ = checkpoint.load(entry.bundled)
+        tensors = checkpoint.read(entry.bundled)[0]
+        masks = [n for n in tensors if n.endswith(checkpoint.MASK_SUFFIX)]
+        assert masks, entry.name
+        for name in masks:
+            weight = model.get_parameter(name.removesuffix(checkpoint.MASK_SUFFIX)).detach()
+            mask = checkpoint.unpack_mask(tensors[name], weight.shape)
+            assert int(mask.sum()) == weight.numel() - math.ceil(round(entry.ratio * weight.numel(), 6)), name
+            assert not weight[~mask].any(), name
