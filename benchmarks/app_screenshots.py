@@ -1,6 +1,6 @@
 """Screenshots of every tab of a running app, taken in headless Debian Chromium (Playwright, no downloads).
 
-Compare after one comparison of a bundled example and at a scale without checkpoints, Analysis before and
+Compare after one comparison of a bundled example and for a backbone without checkpoints, Analysis before and
 after a short live run stopped with Stop, the recorded runs, and Sparsity as it opens. Start the app first
 (``python app.py --port 7860``)::
 
@@ -28,16 +28,17 @@ def shoot(page: Page, out: Path, name: str) -> None:
 
 
 def compare_tab(page: Page, out: Path, timeout_ms: int) -> None:
-    """Upload an example, press Compare, wait for the results, shoot; then pick x3 (no checkpoint), shoot."""
+    """Upload an example, press Compare, wait for the results, shoot; then pick EDSR-L (no checkpoint), shoot."""
     page.locator("input[type=file]").first.set_input_files(str(EXAMPLE))
     page.get_by_role("button", name="Compare", exact=True).click()
     page.get_by_text("method(s) ran").first.wait_for(timeout=timeout_ms)
     time.sleep(3)
     shoot(page, out, "compare")
-    page.get_by_label("3", exact=True).first.check()  # a scale the bundled zoo has no checkpoint for
+    page.get_by_label("Backbone").click()
+    page.get_by_role("option", name="edsr-l").click()  # a backbone the bundled zoo has no checkpoint for
     page.get_by_text("No pruned").first.wait_for(timeout=timeout_ms)
     time.sleep(2)
-    shoot(page, out, "compare_x3_no_checkpoint")
+    shoot(page, out, "compare_no_checkpoint")
 
 
 def analysis_tab(page: Page, out: Path, seconds: float, timeout_ms: int) -> None:
