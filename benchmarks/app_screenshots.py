@@ -28,7 +28,7 @@ def shoot(page: Page, out: Path, name: str) -> None:
 
 
 def compare_tab(page: Page, out: Path, timeout_ms: int) -> None:
-    """Upload an example, press Compare, wait for the results, shoot; then pick EDSR-L (no checkpoint), shoot."""
+    """Upload an example, press Compare, wait for the results, shoot; then pick EDSR-L (no checkpoints)."""
     page.locator("input[type=file]").first.set_input_files(str(EXAMPLE))
     page.get_by_role("button", name="Compare", exact=True).click()
     page.get_by_text("method(s) ran").first.wait_for(timeout=timeout_ms)
