@@ -154,5 +154,5 @@ def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     assert start == "swinir-light_x4_r0.95_cpu @ 2250"
     settings = analysis.start_settings(start)
     assert settings["optimizer"] and settings["prune_iters"] == 3000
-    text = analysis.plan_live_run("swinir-light", 4, 10, 16, 4, start, device="cpu").describe()
-    assert "with optimizer state" in text and "swinir-light x4" in text
+    text = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, start, device="cpu").describe()
+    assert "with optimizer state" in text and "swinir-light x4" in text  # the recording's scale, not x2
