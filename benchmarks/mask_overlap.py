@@ -51,11 +51,11 @@ def shared(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -
     return {key: (both, kept) for key, (both, kept) in counts.items()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reference", type=Path)
     parser.add_argument("others", type=Path, nargs="+")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     reference = kept_masks(args.reference)
     tables = {path.stem: shared(reference, kept_masks(path)) for path in args.others}
     kinds = list(next(iter(tables.values())))

@@ -1,0 +1,44 @@
+"""benchmarks/mask_overlap.py: layer kinds fold block indices, shares count exactly, SRP keeps L1's mask."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from tests.common import ROOT
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("mask_overlap", ROOT / "benchmarks" / "mask_overlap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_layer_kind_folds_group_and_block_indices() -> None:
+    kind = _benchmark().layer_kind
+    assert kind("layers.2.residual_group.blocks.3.mlp.fc1.weight") == "mlp.fc1"
+    assert kind("layers.1.conv.weight") == "conv"
+    assert kind("upsample.0.weight") == "upsample.0"
+
+
+def test_shared_counts_kept_weights_of_the_other_per_kind_and_overall() -> None:
+    shared = _benchmark().shared
+    ref = {"layers.0.conv.weight": torch.tensor([1, 1, 0, 0], dtype=torch.bool),
+           "layers.1.conv.weight": torch.tensor([1, 0, 0, 0], dtype=torch.bool),
+           "upsample.0.weight": torch.tensor([0, 0, 1, 1], dtype=torch.bool)}  # fmt: skip
+    other = {"layers.0.conv.weight": torch.tensor([1, 0, 1, 0], dtype=torch.bool),
+             "layers.1.conv.weight": torch.tensor([1, 0, 0, 1], dtype=torch.bool),
+             "upsample.0.weight": torch.tensor([0, 0, 1, 1], dtype=torch.bool)}  # fmt: skip
+    assert shared(ref, other) == {"conv": (2, 4), "upsample.0": (2, 2), "all": (4, 6)}
+
+
+def test_bundled_srp_keeps_exactly_l1s_weights_at_099(capsys) -> None:
+    """SRP and L1 both pick the largest |w| of the same initialisation and never re-pick."""
+    ckpt = ROOT / "checkpoints"
+    _benchmark().main([str(ckpt / "swinir-light_x4_l1_r0.99.safetensors"),
+                       str(ckpt / "swinir-light_x4_srp_r0.99.safetensors")])  # fmt: skip
+    rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines()}
+    assert rows["all"].endswith("| 1.00 |")
+    assert rows["mlp.fc1"].endswith("| 1.00 |")
