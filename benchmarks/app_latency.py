@@ -1,6 +1,6 @@
 """Latency of the app's two heavy events on this machine, measured through the same functions the app calls.
 
-1. Compare: a 128x128 LR image upscaled x4 by bicubic and every bundled x4 zoo checkpoint ("LR image" mode),
+1. Compare: a 128x128 LR image upscaled x4 by bicubic and every bundled x4 r0.95 checkpoint ("LR image" mode),
    cold (models loaded from disk) and warm (models cached in memory), with the per-method times.
 2. Analysis: seconds from pressing Train (defaults: SwinIR-light x2, batch 4, LR patch 16) to the first plot,
    and the seconds per iteration of both runs over the first ``--iterations``.
@@ -22,7 +22,7 @@ from iss.ui import analysis, compare
 
 
 def compare_latency(size: int = 128, scale: int = 4, zoo_path: str | None = None) -> dict:
-    """Cold and warm wall time of one comparison over bicubic and all bundled x{scale} checkpoints."""
+    """Cold and warm wall time of one comparison over bicubic and all bundled x{scale} r0.95 checkpoints."""
     hr = iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")
     lr = np.ascontiguousarray(hr[:size, :size])
     arch, ratio = "swinir-light", 0.95

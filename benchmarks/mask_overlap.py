@@ -4,7 +4,7 @@
         checkpoints/swinir-light_x4_{iss-p,srp,assl}_r0.99.safetensors
 
 For each other checkpoint, prints the share of its kept (nonzero) weights that the reference also kept, per
-kind of layer (block and group indices folded: ``layers.2.residual_group.blocks.3.mlp.fc1`` counts as
+kind of layer (``iss.ui.sparsity.layer_type``: ``layers.2.residual_group.blocks.3.mlp.fc1`` counts as
 ``mlp.fc1``) and over all pruned layers. The methods of one zoo group start from the same weights, so an L1
 checkpoint as reference (its mask is fixed at initialisation) shows how far each method moved from there.
 """
@@ -12,40 +12,29 @@ checkpoint as reference (its mask is fixed at initialisation) shows how far each
 from __future__ import annotations
 
 import argparse
-import re
 from collections import defaultdict
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from iss import checkpoint
+from iss.ui.sparsity import layer_type, prunable_weights
 
-_INDEXED = re.compile(r"^(layers\.\d+\.residual_group\.blocks\.\d+\.|layers\.\d+\.)")
 
-
-def kept_masks(path: Path) -> dict[str, torch.Tensor]:
-    """Nonzero pattern of every weight matrix or kernel in a checkpoint, by parameter name."""
+def kept_masks(path: Path) -> dict[str, np.ndarray]:
+    """Nonzero pattern of every prunable (Conv2d/Linear) weight of a checkpoint, by parameter name."""
     model, _ = checkpoint.load(path)
-    return {
-        name: weight != 0
-        for name, weight in model.state_dict().items()
-        if name.endswith("weight") and weight.dim() > 1
-    }
+    return {name: weight != 0 for name, weight in prunable_weights(model).items()}
 
 
-def layer_kind(name: str) -> str:
-    """``layers.2.residual_group.blocks.3.mlp.fc1.weight`` -> ``mlp.fc1``: one row per kind of layer."""
-    return _INDEXED.sub("", name.removesuffix(".weight"))
-
-
-def shared(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
+def shared(reference: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> dict[str, tuple[int, int]]:
     """Per layer kind (and ``all``): (kept by both, kept by ``other``), over the layers both have."""
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for name, mask in other.items():
         if name not in reference or reference[name].shape != mask.shape:
             continue
         both, kept = int((mask & reference[name]).sum()), int(mask.sum())
-        for key in (layer_kind(name), "all"):
+        for key in (layer_type(name), "all"):
             counts[key][0] += both
             counts[key][1] += kept
     return {key: (both, kept) for key, (both, kept) in counts.items()}

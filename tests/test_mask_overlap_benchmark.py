@@ -1,10 +1,10 @@
-"""benchmarks/mask_overlap.py: layer kinds fold block indices, shares count exactly, SRP keeps L1's mask."""
+"""benchmarks/mask_overlap.py: shares count exactly per layer kind, and SRP keeps L1's mask."""
 
 from __future__ import annotations
 
 import importlib.util
 
-import torch
+import numpy as np
 
 from tests.common import ROOT
 
@@ -16,22 +16,15 @@ def _benchmark():
     return module
 
 
-def test_layer_kind_folds_group_and_block_indices() -> None:
-    kind = _benchmark().layer_kind
-    assert kind("layers.2.residual_group.blocks.3.mlp.fc1.weight") == "mlp.fc1"
-    assert kind("layers.1.conv.weight") == "conv"
-    assert kind("upsample.0.weight") == "upsample.0"
-
-
 def test_shared_counts_kept_weights_of_the_other_per_kind_and_overall() -> None:
     shared = _benchmark().shared
-    ref = {"layers.0.conv.weight": torch.tensor([1, 1, 0, 0], dtype=torch.bool),
-           "layers.1.conv.weight": torch.tensor([1, 0, 0, 0], dtype=torch.bool),
-           "upsample.0.weight": torch.tensor([0, 0, 1, 1], dtype=torch.bool)}  # fmt: skip
-    other = {"layers.0.conv.weight": torch.tensor([1, 0, 1, 0], dtype=torch.bool),
-             "layers.1.conv.weight": torch.tensor([1, 0, 0, 1], dtype=torch.bool),
-             "upsample.0.weight": torch.tensor([0, 0, 1, 1], dtype=torch.bool)}  # fmt: skip
-    assert shared(ref, other) == {"conv": (2, 4), "upsample.0": (2, 2), "all": (4, 6)}
+    ref = {"layers.0.conv.weight": np.array([1, 1, 0, 0], dtype=bool),
+           "layers.1.conv.weight": np.array([1, 0, 0, 0], dtype=bool),
+           "upsample.0.weight": np.array([0, 0, 1, 1], dtype=bool)}  # fmt: skip
+    other = {"layers.0.conv.weight": np.array([1, 0, 1, 0], dtype=bool),
+             "layers.1.conv.weight": np.array([1, 0, 0, 1], dtype=bool),
+             "upsample.0.weight": np.array([0, 0, 1, 1], dtype=bool)}  # fmt: skip
+    assert shared(ref, other) == {"layers.conv": (2, 4), "upsample": (2, 2), "all": (4, 6)}
 
 
 def test_bundled_srp_keeps_exactly_l1s_weights_at_099(capsys) -> None:
