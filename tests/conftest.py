@@ -10,11 +10,13 @@ import os
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from common import ROOT, TINY, rewrite_checkpoint
 from fakehub import FakeHub, closed_port_url
 from huggingface_hub import constants
+from PIL import Image
 
 import iss
 import iss.spmm
@@ -45,6 +47,22 @@ def data_root() -> Path:
 @pytest.fixture(scope="session")
 def benchmarks(data_root: Path) -> Path:
     return data_root / "benchmarks"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, benchmarks: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """train/a with three random images, benchmarks/Set5 the real one."""
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "data"
+    (root / "train" / "a").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (48, 56, 3), dtype=np.uint8)).save(
+            root / "train" / "a" / f"{i}.png"
+        )
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "Set5").symlink_to(benchmarks / "Set5")
+    return root
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from iss import checkpoint, factory, train, zoo
 from iss.evaluate import evaluate
@@ -23,22 +22,6 @@ from iss.ui.recording import load_recording, optimizer_runs
 from tests.common import ROOT
 
 TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, benchmarks: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """train/a with three random images, benchmarks/Set5 the real one."""
-    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
-    root = tmp_path / "data"
-    (root / "train" / "a").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for i in range(3):
-        Image.fromarray(rng.integers(0, 256, (48, 56, 3), dtype=np.uint8)).save(
-            root / "train" / "a" / f"{i}.png"
-        )
-    (root / "benchmarks").mkdir()
-    (root / "benchmarks" / "Set5").symlink_to(benchmarks / "Set5")
-    return root
 
 
 def _plan(tmp_path: Path, iters: tuple[int, int] = (40, 30)) -> Path:

@@ -1,0 +1,169 @@
+"""How much of a zoo group's method ordering one seed can move: the methods retrained at other seeds.
+
+    python benchmarks/seed_spread.py train --groups swinir-light_x4_r0.95,swinir-light_x4_r0.99 \
+        --methods iss-p,iht --seeds 1,2 --work runs/seeds --data-dir ../shared/data --jobs 2 --threads 1
+    python benchmarks/seed_spread.py report --groups swinir-light_x4_r0.95,swinir-light_x4_r0.99 \
+        --methods iss-p,iht --seeds 0,1,2 --work runs/seeds --data-dir ../shared/data \
+        --json benchmarks/results/seed_spread_cpu.json
+
+``train`` writes ``<work>/plan_seed<N>.json`` (the plan's groups and methods named, at seed N, the budget
+otherwise unchanged) and trains it in ``<work>/seed<N>`` through ``iss.factory``, resumable like ``zoo
+train``.
+``report`` takes seed 0 from the zoo manifest (its entries must have the plan's budget), evaluates the other
+seeds' cells on the sets still missing, and prints each method's PSNR over the seeds (mean, min-max) and, per
+seed, the first method's lead over the second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from iss.factory import evaluate_cell, status, train_plan
+from iss.plan import Cell, load_plan
+from iss.zoo import load_zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ("Set5", "Set14", "B100", "Urban100", "Manga109")
+
+
+def _name(group: dict) -> str:
+    """A raw plan group's name, as ``Cell.group`` spells it."""
+    return f"{group['arch']}_x{group['scale']}_r{group['ratio']:g}"
+
+
+def seed_plan(plan: dict, groups: list[str], methods: list[str], seed: int) -> dict:
+    """``plan`` restricted to ``groups`` and ``methods`` (in this order), at ``seed``."""
+    picked = []
+    for group in plan["groups"]:
+        if _name(group) in groups:
+            if kept := [m for m in methods if m not in group["methods"]]:
+                raise ValueError(f"{_name(group)} does not train {', '.join(kept)}")
+            picked.append({**group, "seed": seed, "methods": methods})
+    if missing := sorted(set(groups) - {_name(g) for g in picked}):
+        raise ValueError(f"groups not in the plan: {', '.join(missing)}")
+    description = f"seed {seed} of {', '.join(groups)}: {', '.join(methods)}"
+    return {**plan, "description": description, "groups": picked}
+
+
+def write_plans(base: Path, groups: list[str], methods: list[str], seeds: list[int], work: Path) -> None:
+    """One plan file per seed in ``work``."""
+    raw = json.loads(base.read_text())
+    work.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        plan = seed_plan(raw, groups, methods, seed)
+        (work / f"plan_seed{seed}.json").write_text(json.dumps(plan, indent=1) + "\n")
+
+
+def _budget_matches(entry_budget: dict, cell: Cell) -> bool:
+    """Whether a zoo entry was trained at ``cell``'s budget (what ``iss.plan`` holds equal in a group)."""
+    wanted = {"iterations": cell.iters, "prune_iters": cell.prune_iters, "batch": cell.batch,
+              "patch": cell.patch, "lr": cell.lr, "milestones": list(cell.milestones), "seed": 0}  # fmt: skip
+    return all(entry_budget.get(k) == v for k, v in wanted.items())
+
+
+def collect(
+    zoo: Path, work: Path, seeds: list[int], sets: list[str], data_dir: Path | None
+) -> dict[str, dict[str, dict[int, dict[str, float]]]]:
+    """PSNR on Y as ``{group: {method: {seed: {set: psnr}}}}``; seed 0 from the zoo, others from ``work``."""
+    entries = {e.name: e for e in load_zoo(zoo)}
+    psnr: dict[str, dict[str, dict[int, dict[str, float]]]] = {}
+    for seed in seeds:
+        plan = load_plan(work / f"plan_seed{seed}.json")
+        for cell, record in status(plan, work / f"seed{seed}"):
+            if seed == 0:
+                entry = entries.get(cell.name)
+                if entry is None or not _budget_matches(entry.budget, cell):
+                    raise ValueError(f"{cell.name}: the zoo has no seed-0 entry at the plan's budget")
+                metrics = entry.metrics
+            elif not record.trained:
+                print(f"{cell.name} seed {seed}: {record.iterations}/{cell.iters} iterations, left out")
+                continue
+            else:
+                if data_dir is not None:
+                    evaluate_cell(record, work / f"seed{seed}" / cell.name, sets, data_dir / "benchmarks")
+                metrics = record.metrics or {}
+            runs = psnr.setdefault(cell.group, {}).setdefault(cell.method, {})
+            runs[seed] = {s: metrics[s]["psnr"] for s in sets if s in metrics}
+    return psnr
+
+
+def summarize(runs: dict[str, dict[int, dict[str, float]]], sets: list[str]) -> dict:
+    """Per method and set: mean, min, max over seeds; per seed and set: the first method's lead over the
+    second (over the seeds both have)."""
+    methods = list(runs)
+    out: dict = {"methods": {}, "lead": {}}
+    for method, by_seed in runs.items():
+        out["methods"][method] = {}
+        for s in sets:
+            values = [v[s] for v in by_seed.values() if s in v]
+            if values:
+                out["methods"][method][s] = {"mean": float(np.mean(values)), "min": min(values),
+                                             "max": max(values), "seeds": len(values)}  # fmt: skip
+    if len(methods) >= 2:
+        first, second = runs[methods[0]], runs[methods[1]]
+        for seed in sorted(set(first) & set(second)):
+            both = [s for s in sets if s in first[seed] and s in second[seed]]
+            out["lead"][seed] = {s: first[seed][s] - second[seed][s] for s in both}
+    return out
+
+
+def markdown(group: str, summary: dict, sets: list[str]) -> str:
+    """One group's table: methods' mean (min-max) over seeds, then the lead of the first method per seed."""
+    lines = [f"**{group}** (PSNR on Y, mean over seeds, min-max)", "",
+             "| | seeds | " + " | ".join(sets) + " |", "|---|---|" + "---|" * len(sets)]  # fmt: skip
+    for method, per_set in summary["methods"].items():
+        n = max((v["seeds"] for v in per_set.values()), default=0)
+        cells = [_spread(per_set.get(s)) for s in sets]
+        lines.append(f"| {method} | {n} | " + " | ".join(cells) + " |")
+    methods = list(summary["methods"])
+    for seed, lead in summary["lead"].items():
+        cells = [f"{lead[s]:+.2f}" if s in lead else "-" for s in sets]
+        lines.append(f"| {methods[0]} - {methods[1]}, seed {seed} | | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _spread(value: dict | None) -> str:
+    return f"{value['mean']:.2f} ({value['min']:.2f}-{value['max']:.2f})" if value else "-"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("train", "report"))
+    parser.add_argument("--plan", type=Path, default=ROOT / "checkpoints" / "zoo_plan_cpu.json")
+    parser.add_argument("--zoo", type=Path, default=ROOT / "checkpoints" / "zoo.json", help="seed 0's")
+    parser.add_argument("--groups", required=True, help="comma-separated, e.g. swinir-light_x4_r0.95")
+    parser.add_argument("--methods", default="iss-p,iht", help="the report's lead: 1st - 2nd")
+    parser.add_argument("--seeds", default="1,2", help="comma-separated; 0 is the zoo's own checkpoint")
+    parser.add_argument("--work", type=Path, default=Path("runs/seeds"))
+    parser.add_argument("--data-dir", type=Path, help="holds train/ and benchmarks/ (report: evaluates)")
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="train: CPU threads per cell")
+    parser.add_argument("--device", default="auto", help="train: auto, cpu or cuda")
+    parser.add_argument("--minutes", type=float, default=600.0, help="train: time box per seed")
+    parser.add_argument("--json", type=Path, help="report: write the summary here")
+    args = parser.parse_args(argv)
+    groups, methods = args.groups.split(","), args.methods.split(",")
+    seeds, sets = [int(s) for s in args.seeds.split(",")], args.sets.split(",")
+    write_plans(args.plan, groups, methods, seeds, args.work)
+    if args.command == "train":
+        if args.data_dir is None or 0 in seeds:
+            parser.error("train needs --data-dir, and seeds other than 0 (seed 0 is the zoo's)")
+        for seed in seeds:
+            plan = load_plan(args.work / f"plan_seed{seed}.json")
+            train_plan(plan, args.work / f"seed{seed}", args.data_dir, args.minutes, jobs=args.jobs,
+                       device=args.device, threads=args.threads, keep_going=True)  # fmt: skip
+        return
+    psnr = collect(args.zoo, args.work, seeds, sets, args.data_dir)
+    summaries = {group: summarize(runs, sets) for group, runs in psnr.items()}
+    print("\n\n".join(markdown(group, summary, sets) for group, summary in summaries.items()))
+    if args.json:
+        args.json.write_text(json.dumps({"seeds": seeds, "sets": sets, "groups": summaries}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
