@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iss.factory import evaluate_cell, status, train_plan
+from iss.factory import add_recordings, evaluate_cell, status, train_plan
 from iss.plan import Cell, load_plan
 from iss.zoo import load_zoo
 
@@ -68,12 +68,13 @@ def _budget_matches(entry_budget: dict, cell: Cell) -> bool:
 def collect(
     zoo: Path, work: Path, seeds: list[int], sets: list[str], data_dir: Path | None
 ) -> dict[str, dict[str, dict[int, dict[str, float]]]]:
-    """PSNR on Y as ``{group: {method: {seed: {set: psnr}}}}``; seed 0 from the zoo, others from ``work``."""
+    """PSNR on Y as ``{group: {method: {seed: {set: psnr}}}}``; seed 0 from the zoo, others from ``work``,
+    whose ISS-P/IHT recordings are merged into ``<work>/seed<N>/recordings`` for recording_table.py."""
     entries = {e.name: e for e in load_zoo(zoo)}
     psnr: dict[str, dict[str, dict[int, dict[str, float]]]] = {}
     for seed in seeds:
-        plan = load_plan(work / f"plan_seed{seed}.json")
-        for cell, record in status(plan, work / f"seed{seed}"):
+        plan, folder, trained = load_plan(work / f"plan_seed{seed}.json"), work / f"seed{seed}", []
+        for cell, record in status(plan, folder):
             if seed == 0:
                 entry = entries.get(cell.name)
                 if entry is None or not _budget_matches(entry.budget, cell):
@@ -84,10 +85,11 @@ def collect(
                 continue
             else:
                 if data_dir is not None:
-                    evaluate_cell(record, work / f"seed{seed}" / cell.name, sets, data_dir / "benchmarks")
-                metrics = record.metrics or {}
+                    evaluate_cell(record, folder / cell.name, sets, data_dir / "benchmarks")
+                metrics, trained = record.metrics or {}, [*trained, cell.name]
             runs = psnr.setdefault(cell.group, {}).setdefault(cell.method, {})
             runs[seed] = {s: metrics[s]["psnr"] for s in sets if s in metrics}
+        add_recordings(plan, folder, folder / "recordings", names=trained)
     return psnr
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from iss import factory
 from iss.plan import load_plan
+from iss.ui.recording import load_recording
 from tests.common import ROOT
 from tests.test_factory import _plan
 
@@ -55,7 +56,8 @@ def test_report_reads_seed_0_from_the_zoo_and_trains_other_seeds_at_the_same_bud
     capsys: pytest.CaptureFixture,
 ) -> None:
     """Seed 0 is the zoo's entry (refused when its budget differs); seed 1 trains through the factory from
-    other initial weights, so its PSNR differs; the lead is the first method's PSNR minus the second's."""
+    other initial weights, so its PSNR differs; the lead is the first method's PSNR minus the second's; the
+    seed's ISS-P/IHT pair is merged into one recording."""
     bench, base, work = _benchmark(), _plan(tmp_path, iters=(20, 20)), tmp_path / "seeds"
     group, manifest = ["--groups", "swinir-light_x2_r0.5", "--plan", str(base)], tmp_path / "zoo" / "zoo.json"
     bench.write_plans(base, ["swinir-light_x2_r0.5"], ["iss-p", "iht"], [0], work)
@@ -84,6 +86,8 @@ def test_report_reads_seed_0_from_the_zoo_and_trains_other_seeds_at_the_same_bud
     lead1 = seed1["iss-p"]["metrics"]["Set5"]["psnr"] - seed1["iht"]["metrics"]["Set5"]["psnr"]
     assert summary["lead"]["1"]["Set5"] == pytest.approx(lead1)
     assert "| iss-p - iht, seed 1 |" in capsys.readouterr().out
+    _, traces = load_recording(work / "seed1" / "recordings" / "swinir-light_x2_r0.5_cpu")
+    assert set(traces) == {"iss-p", "iht"}
 
     raw = json.loads(manifest.read_text())
     raw["entries"][0]["budget"]["iterations"] += 1
