@@ -51,7 +51,7 @@ def benchmarks(data_root: Path) -> Path:
 
 @pytest.fixture
 def data_dir(tmp_path: Path, benchmarks: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """train/a with three random images, benchmarks/Set5 the real one."""
+    """A zoo plan's ``--data-dir``: train/a with three random images, benchmarks/Set5 the real one."""
     monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "data"
     (root / "train" / "a").mkdir(parents=True)
