@@ -6,9 +6,9 @@
         --methods iss-p,iht --seeds 0,1,2 --work runs/seeds --data-dir ../shared/data \
         --json benchmarks/results/seed_spread_cpu.json
 
-``train`` writes ``<work>/plan_seed<N>.json`` (the plan's groups and methods named, at seed N, the budget
-otherwise unchanged) and trains it in ``<work>/seed<N>`` through ``iss.factory``, resumable like ``zoo
-train``.
+Both commands write ``<work>/plan_seed<N>.json`` (the plan's groups and methods named, at seed N, the budget
+otherwise unchanged; the cells of other groups in ``<work>/seed<N>`` are kept, only not reported). ``train``
+trains it in ``<work>/seed<N>`` through ``iss.factory``, resumable like ``zoo train``.
 ``report`` takes seed 0 from the zoo manifest (its entries must have the plan's budget), evaluates the other
 seeds' cells on the sets still missing, and prints each method's PSNR over the seeds (mean, min-max) and, per
 seed, the first method's lead over the second.
