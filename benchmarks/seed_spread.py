@@ -22,17 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
+from iss.data import BENCHMARKS
 from iss.factory import add_recordings, evaluate_cell, status, train_plan
-from iss.plan import Cell, load_plan
+from iss.plan import Cell, group_name, load_plan
 from iss.zoo import load_zoo
 
 ROOT = Path(__file__).resolve().parents[1]
-SETS = ("Set5", "Set14", "B100", "Urban100", "Manga109")
 
 
 def _name(group: dict) -> str:
-    """A raw plan group's name, as ``Cell.group`` spells it."""
-    return f"{group['arch']}_x{group['scale']}_r{group['ratio']:g}"
+    return group_name(group["arch"], group["scale"], group["ratio"])
 
 
 def seed_plan(plan: dict, groups: list[str], methods: list[str], seed: int) -> dict:
@@ -59,8 +58,10 @@ def write_plans(base: Path, groups: list[str], methods: list[str], seeds: list[i
 
 
 def _budget_matches(entry_budget: dict, cell: Cell) -> bool:
-    """Whether a zoo entry was trained at ``cell``'s budget (what ``iss.plan`` holds equal in a group)."""
-    wanted = {"iterations": cell.iters, "prune_iters": cell.prune_iters, "batch": cell.batch,
+    """Whether a zoo entry was trained at ``cell``'s budget (what ``iss.plan`` holds equal in a group; K_p is
+    the one the method trained with, 0 for L1 and scratch, as the zoo records it)."""
+    prune_iters = cell.config(["."], ".").prune_iters
+    wanted = {"iterations": cell.iters, "prune_iters": prune_iters, "batch": cell.batch,
               "patch": cell.patch, "lr": cell.lr, "milestones": list(cell.milestones), "seed": 0}  # fmt: skip
     return all(entry_budget.get(k) == v for k, v in wanted.items())
 
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="1,2", help="comma-separated; 0 is the zoo's own checkpoint")
     parser.add_argument("--work", type=Path, default=Path("runs/seeds"))
     parser.add_argument("--data-dir", type=Path, help="holds train/ and benchmarks/ (report: evaluates)")
-    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--sets", default=",".join(BENCHMARKS))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="train: CPU threads per cell")
     parser.add_argument("--device", default="auto", help="train: auto, cpu or cuda")

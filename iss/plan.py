@@ -45,6 +45,11 @@ GROUP_FIELDS = {
 _REQUIRED = ("arch", "scale", "ratio", "iters", "methods")
 
 
+def group_name(arch: str, scale: int, ratio: float) -> str:
+    """A comparison group's name, e.g. ``swinir-light_x4_r0.95``."""
+    return f"{arch}_x{scale}_r{ratio:g}"
+
+
 @dataclass(frozen=True)
 class Cell:
     """One checkpoint to train: a method in a comparison group, with the group's budget."""
@@ -72,7 +77,7 @@ class Cell:
     @property
     def group(self) -> str:
         """The comparison group, e.g. ``swinir-light_x4_r0.95``."""
-        return f"{self.arch}_x{self.scale}_r{self.ratio:g}"
+        return group_name(self.arch, self.scale, self.ratio)
 
     def config(self, train_data: list[str], out: str | os.PathLike, **overrides: Any) -> TrainConfig:
         """The ``iss.train`` configuration of this cell (``overrides``: device, threads, compile...)."""
