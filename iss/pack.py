@@ -1,15 +1,17 @@
 """Carrying a training session to a borrowed GPU machine and its results back, within the transfer limits.
 
-The device tool sends the working tree plus at most 64 MiB of ignored folders, and returns at most 8 files of
-16 MiB each (64 MiB in all). ``zoo pack`` copies what a plan's training needs into an ignored folder (default
-``.gpu/``): the plan's training folders and as many of its evaluation sets as fit, PNGs re-encoded as lossless
-WebP (identical pixels, ~25% smaller; JPEGs as they are), and the git commit. ``zoo export`` packs the cells'
-results (checkpoint, record, log, recording; never the big ``state.pt``) into tar files under the size limit.
+The device tool sends the working tree (tracked files and the carried ignored folders, 64 MiB in all) and
+returns at most 8 files of 16 MiB each. ``zoo pack`` copies what a plan's training needs into an ignored
+folder (default ``.gpu/``): the plan's training folders and as many of its evaluation sets as fit, PNGs
+re-encoded as lossless WebP (identical pixels, ~25% smaller; JPEGs as they are), and the git commit.
+``zoo export`` packs the cells' results (checkpoint, record, log, recording; never the big ``state.pt``)
+into tar files under the size limit, leaving out the recordings' resumable states that do not fit.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 import tarfile
@@ -22,6 +24,7 @@ from .plan import Plan
 
 MIB = 2**20
 _EXPORTED = ("cell.json", "log.jsonl", "worker.log", "model.safetensors")
+_STATE = re.compile(r"state_(\d+)\.safetensors")  # a recording's resumable state (iss.ui.recording)
 
 
 def pack_data(plan: Plan, data_dir: Path, out: Path, *, budget_mib: float, log=print) -> list[str]:
@@ -96,31 +99,57 @@ def export_cells(
     work: Path, out: Path, *, max_mib: float = 15.0, max_files: int = 8, log=print
 ) -> list[Path]:
     """Tar the results of every cell in ``work`` (and ``plan.json``) into at most ``max_files`` files of at
-    most ``max_mib`` each (what the device tool brings back)."""
-    members = [p for p in [work / "plan.json"] if p.is_file()]
+    most ``max_mib`` each (what the device tool brings back).
+
+    Checkpoints, records, logs and recorded series must fit (else ``ValueError`` before anything is written).
+    Recording states, the largest files and the only ones a live run can do without, follow newest iteration
+    first, each iteration's states of all cells together (a recording needs both runs'); those that do not fit
+    are left out and named, so a round's checkpoints always come back."""
+    limit = max_mib * MIB
+    results = [p for p in [work / "plan.json"] if p.is_file()]
+    states: dict[int, list[Path]] = {}
     for folder in sorted(p for p in work.iterdir() if (p / "cell.json").is_file()):
-        members += [folder / n for n in _EXPORTED if (folder / n).is_file()]
-        if (folder / "recording").is_dir():
-            members += sorted(p for p in (folder / "recording").rglob("*") if p.is_file())
-    out.mkdir(parents=True, exist_ok=True)
-    tars: list[list[Path]] = [[]]
-    for member in members:
-        size = member.stat().st_size
-        if size > max_mib * MIB:
-            raise ValueError(f"{member} is {size / MIB:.1f} MiB, more than one file may bring back")
-        if sum(m.stat().st_size for m in tars[-1]) + size > max_mib * MIB:
-            tars.append([])
-        tars[-1].append(member)
-    tars = [t for t in tars if t]
-    if len(tars) > max_files:
+        results += [folder / n for n in _EXPORTED if (folder / n).is_file()]
+        for path in sorted(p for p in (folder / "recording").glob("*") if p.is_file()):
+            match = _STATE.fullmatch(path.name)
+            if match:
+                states.setdefault(int(match[1]), []).append(path)
+            else:
+                results.append(path)
+    archives = _fill([], results, limit)
+    if len(archives) > max_files:
         raise ValueError(
-            f"the results need {len(tars)} files of {max_mib} MiB; at most {max_files} come back"
+            f"the results need {len(archives)} files of {max_mib} MiB; at most {max_files} come back"
         )
+    for iteration in sorted(states, reverse=True):
+        try:
+            with_states = _fill([list(a) for a in archives], states[iteration], limit)
+        except ValueError:  # one state alone over the limit
+            with_states = []
+        if 0 < len(with_states) <= max_files:
+            archives = with_states
+        else:
+            log(f"left out the recording states at iteration {iteration} ({len(states[iteration])} files): "
+                f"no room in {max_files} files of {max_mib} MiB")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
     files = []
-    for i, group in enumerate(tars):
+    for i, members in enumerate(archives):
         files.append(out / f"cells-{i}.tar.gz")
         with tarfile.open(files[-1], "w:gz") as tar:
-            for member in group:
+            for member in members:
                 tar.add(member, arcname=str(member.relative_to(work)))
-    log(f"{len(members)} files of {work} in {len(files)} archives under {out}")
+    log(f"{sum(map(len, archives))} files of {work} in {len(files)} archives under {out}")
     return files
+
+
+def _fill(archives: list[list[Path]], members: list[Path], limit: float) -> list[list[Path]]:
+    """``archives`` with ``members`` added, each to the first archive it fits in (else a new one)."""
+    for member in members:
+        size = member.stat().st_size
+        if size > limit:
+            raise ValueError(f"{member} is {size / MIB:.1f} MiB, more than one file may bring back")
+        room = next((a for a in archives if sum(m.stat().st_size for m in a) + size <= limit), None)
+        if room is None:
+            archives.append(room := [])
+        room.append(member)
+    return archives

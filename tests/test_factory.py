@@ -155,9 +155,15 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
         recordings=tmp_path / "rec",
     )
     assert added == [c.name for c in plan.cells]
-    # The x2 group trained ISS-P and IHT: one recording of both, with states the live run can start from.
+    # The x2 group trained ISS-P and IHT: one recording of both, with the latest state of both runs (the one
+    # a live run starts from; the earlier one is left out for size).
     config, traces = load_recording(tmp_path / "rec" / "swinir-light_x2_r0.5_cpu")
     assert set(traces) == {"iss-p", "iht"} and config["iterations_done"] == 150
+    prune_iters = next(c.prune_iters for c in plan.cells if c.group == "swinir-light_x2_r0.5")
+    assert [s["iteration"] for s in config["states"]] == [prune_iters * 3 // 4]
+    assert sorted(p.name for p in (tmp_path / "rec" / "swinir-light_x2_r0.5_cpu").glob("state_*")) == [
+        config["states"][0]["file"]
+    ]
     state = tmp_path / "rec" / "swinir-light_x2_r0.5_cpu" / config["states"][-1]["file"]
     assert sorted(optimizer_runs(state)) == ["iht", "iss-p"]
     _check_the_analysis_tab_reads(tmp_path / "rec", "swinir-light_x2_r0.5_cpu", config, monkeypatch)

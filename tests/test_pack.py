@@ -81,3 +81,29 @@ def test_export_splits_results_under_the_size_limit_without_states(tmp_path: Pat
     assert not any(n.endswith("state.pt") for n in names)
     with pytest.raises(ValueError, match="at most 2 come back"):
         export_cells(work, tmp_path / "out2", max_mib=1.0, max_files=2, log=lambda _: None)
+
+
+def test_export_leaves_out_the_oldest_recording_states_that_do_not_fit(tmp_path: Path) -> None:
+    """A round's checkpoints always come back; recording states fill what room is left, newest first, both
+    runs' states of one iteration together (a merged recording needs both)."""
+    work = tmp_path / "work"
+    rng = np.random.default_rng(0)
+    for name in ("iss-p", "iht"):
+        folder = work / name
+        (folder / "recording").mkdir(parents=True)
+        (folder / "cell.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(rng.bytes(int(0.5 * MIB)))
+        (folder / "recording" / "series.npz").write_bytes(b"x")
+        for iteration in (500, 750):
+            (folder / "recording" / f"state_{iteration}.safetensors").write_bytes(rng.bytes(int(0.4 * MIB)))
+    logged: list[str] = []
+    files = export_cells(work, tmp_path / "out", max_mib=1.0, max_files=2, log=logged.append)
+    names = set()
+    for f in files:
+        assert f.stat().st_size <= MIB
+        with tarfile.open(f) as tar:
+            names |= set(tar.getnames())
+    assert {"iss-p/model.safetensors", "iht/model.safetensors", "iht/recording/series.npz"} <= names
+    assert {"iss-p/recording/state_750.safetensors", "iht/recording/state_750.safetensors"} <= names
+    assert not any("state_500" in n for n in names)
+    assert any("iteration 500" in line for line in logged)

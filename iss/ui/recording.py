@@ -401,7 +401,9 @@ def _cut(trace: RunTrace, iteration: int) -> RunTrace:
 
 def merge_recordings(parts: dict[str, Path], out: str | Path, config: dict[str, Any]) -> Path:
     """One recording in ``out`` from single-run recordings (``{run: folder}``, e.g. the zoo factory's ISS-P
-    and IHT cells): both series, and one state file per iteration that every part saved."""
+    and IHT cells): both series, and the latest state every part saved, as one file (what a live run starts
+    from by default; earlier ones are left out: ~12 MB each for SwinIR-light, and the repository that bundles
+    recordings must still fit a GPU round's transfer)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     traces, configs = {}, {}
@@ -410,7 +412,7 @@ def merge_recordings(parts: dict[str, Path], out: str | Path, config: dict[str, 
         traces[run] = found[run]
     common = set.intersection(*({s["iteration"] for s in c.get("states", [])} for c in configs.values()))
     states = []
-    for iteration in sorted(common):
+    for iteration in sorted(common)[-1:]:
         name = f"state_{iteration}.safetensors"
         tensors: dict[str, torch.Tensor] = {}
         metadata: dict[str, Any] = {}
