@@ -42,7 +42,7 @@ def main() -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))
 
     model32, meta = checkpoint.load(args.checkpoint)
-    masks = {n: t != 0 for n, t in model32.state_dict().items() if n in _pruned_names(args.checkpoint)}
+    masks = checkpoint.read_masks(args.checkpoint)
     with tempfile.TemporaryDirectory() as tmp:
         path16 = checkpoint.save(
             model32, Path(tmp) / "fp16.safetensors", _plain_meta(meta), masks, dtype="fp16"
@@ -72,14 +72,6 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
-
-
-def _pruned_names(path: Path) -> set[str]:
-    """Weights stored as bitmask + values in the checkpoint."""
-    tensors, _ = checkpoint.read(path)
-    return {
-        name.removesuffix(checkpoint.MASK_SUFFIX) for name in tensors if name.endswith(checkpoint.MASK_SUFFIX)
-    }
 
 
 def _plain_meta(meta: dict) -> dict:

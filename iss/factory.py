@@ -458,8 +458,10 @@ def add_to_zoo(
 
 def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> list[Path]:
     """For every group whose ISS-P and IHT cells are among ``names`` and were recorded: one recording of both
-    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name."""
-    from .ui.recording import RUNS, merge_recordings
+    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name. A GPU
+    recording's state supersedes the group's CPU one, which keeps its series only (one ~12 MB state per
+    group, so that the repository still fits a GPU round)."""
+    from .ui.recording import RUNS, drop_states, merge_recordings
 
     written = []
     for group in dict.fromkeys(c.group for c in plan.cells):
@@ -475,6 +477,8 @@ def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> l
         config = json.loads((parts["iss-p"] / "run.json").read_text())
         config["command"] = f"python -m iss zoo train --plan {plan.path.name} (cells of {group})"
         written.append(merge_recordings(parts, out, {k: v for k, v in config.items() if k not in _PER_RUN}))
+        if out.name.endswith("_gpu") and (root / f"{group}_cpu" / "run.json").is_file():
+            drop_states(root / f"{group}_cpu")
     return written
 
 

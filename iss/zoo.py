@@ -351,7 +351,8 @@ def model_card(entries: list[ZooEntry], repo_id: str) -> str:
         "Sparse image super-resolution networks from *Iterative Soft Shrinkage Learning for Efficient Image "
         "Super-Resolution* (ICCV 2023), trained and published with "
         "ISS-SR (`python -m iss zoo push`). Each file is a safetensors checkpoint holding the "
-        "kept weights and a packed bit mask; `ratio` is the fraction of each pruned layer's weights removed.",
+        "kept weights and their compressed mask; `ratio` is the fraction of each pruned layer's weights "
+        "removed.",
         "",
         "## Checkpoints",
         "",

@@ -73,11 +73,12 @@ def test_round_trip_is_exact_and_as_sparse(tiny: nn.Module, tmp_path) -> None:
         assert torch.equal(getattr(model, name).weight == 0, getattr(tiny, name).weight == 0)
     assert meta["arch"] == "tiny" and meta["scale"] == 2 and meta["ratio"] == 0.75 and meta["alpha"] is None
     assert meta["arch_kwargs"] == {"width": 8} and meta["metrics"] == {"Set5": {"psnr": 30.5}}
-    assert meta["format_version"] == "2" and len(meta["sha256"]) == 64
+    assert meta["format_version"] == "3" and len(meta["sha256"]) == 64
     assert not model.training
 
 
-def test_explicit_masks_store_bitmask_and_values(tiny: nn.Module, tmp_path) -> None:
+def test_at_75_percent_pruned_masks_are_bitmasks(tiny: nn.Module, tmp_path) -> None:
+    """1 bit per weight beats a byte per kept weight (2 bits per weight here)."""
     masks = _masks(tiny)
     path = checkpoint.save(tiny, tmp_path / "m.safetensors", META, masks)
     tensors, metadata = checkpoint.read(path)
@@ -153,6 +154,91 @@ def test_pack_unpack_odd_length() -> None:
     assert torch.equal(checkpoint.unpack_mask(packed, mask.shape), mask)
 
 
+@pytest.mark.parametrize(
+    "kept",
+    [[], [0], [1199], [254], [255], [256], [0, 255, 510, 511], [300, 1199], list(range(1200))],
+    ids=["none", "first", "last", "run254", "run255", "run256", "escapes", "long-runs", "all"],
+)
+def test_gaps_round_trip_every_run_length(kept: list[int]) -> None:
+    """Runs of 254, 255 and 256 pruned weights (one 255 byte, then the rest), both ends, none, all."""
+    mask = torch.zeros(1200, dtype=torch.bool)
+    mask[kept] = True
+    codes = checkpoint.pack_gaps(mask.view(30, 40))
+    assert codes.dtype == torch.uint8 and int((codes != 255).sum()) == len(kept)
+    assert torch.equal(checkpoint.unpack_gaps(codes, (30, 40)), mask.view(30, 40))
+    assert checkpoint.pack_gaps(torch.zeros(600, dtype=torch.bool)).numel() == 0  # trailing runs: implicit
+    assert checkpoint.pack_gaps(mask[:1]).numel() == int(mask[0])
+
+
+def test_at_99_percent_pruned_masks_are_gaps_a_tenth_of_the_bitmask(tmp_path) -> None:
+    """The format-3 code: at high ratios one byte per kept weight instead of one bit per weight; the loaded
+    weights are identical."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(64, 64, 3)
+    with torch.no_grad():
+        conv.weight.mul_(torch.rand_like(conv.weight) > 0.99)
+    code = checkpoint.encode_mask("weight", conv.weight != 0)
+    assert list(code) == ["weight::gaps"]
+    assert code["weight::gaps"].numel() < checkpoint.pack_mask(conv.weight != 0).numel() / 10
+    assert torch.equal(checkpoint.decode_mask("weight", code, conv.weight.shape), conv.weight != 0)
+
+
+def test_gaps_past_the_end_or_two_masks_are_refused(swinir_file: str) -> None:
+    tensors, _ = checkpoint.read(swinir_file)
+    name = next(k for k in tensors if k.endswith(checkpoint.MASK_SUFFIX)).removesuffix(checkpoint.MASK_SUFFIX)
+    numel = tensors[name + checkpoint.MASK_SUFFIX].numel() * 8
+    rewrite_checkpoint(
+        swinir_file, tensors={name + checkpoint.GAPS_SUFFIX: torch.tensor([0], dtype=torch.uint8)}
+    )
+    with pytest.raises(ValueError, match=f"{re.escape(name)} has two masks"):
+        checkpoint.load(swinir_file)
+    tensors, metadata = checkpoint.read(swinir_file)
+    del tensors[name + checkpoint.MASK_SUFFIX]
+    tensors[name + checkpoint.GAPS_SUFFIX] = torch.full((numel // 255 + 2,), 255, dtype=torch.uint8)
+    metadata["sha256"] = checkpoint.payload_sha256(tensors, metadata)  # re-signed, as a forger would
+    Path(swinir_file).write_bytes(st_save(tensors, metadata=metadata))
+    with pytest.raises(ValueError, match=r"mask codes cover \d+ weights, the weight has"):
+        checkpoint.load(swinir_file)
+    with pytest.raises(ValueError, match="mask codes cover"):
+        checkpoint.read_masks(swinir_file)
+
+
+def test_format_2_files_load_as_they_are_and_upgrade_to_gaps(tmp_path) -> None:
+    """Format 2 (bitmasks only) is read without upgrading; ``upgrade`` re-codes its masks, same weights."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3), nn.Conv2d(32, 3, 3))
+    with torch.no_grad():
+        model[1].weight.mul_(torch.rand_like(model[1].weight) > 0.97)
+    path = tmp_path / "old.safetensors"
+    tensors = {"0.weight": model[0].weight.detach(), "0.bias": model[0].bias.detach()}
+    tensors |= {
+        "1.weight::mask": checkpoint.pack_mask(model[1].weight != 0),
+        "1.bias": model[1].bias.detach(),
+    }
+    tensors["1.weight::values"] = model[1].weight.detach()[model[1].weight != 0]
+    metadata = {"format_version": "2", "arch": "seq", "scale": "2", "arch_kwargs": "{}", "derived": "[]"}
+    path.write_bytes(
+        st_save(tensors, metadata=metadata | {"sha256": checkpoint.payload_sha256(tensors, metadata)})
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint, "_build_model", lambda arch, scale, kwargs: nn.Sequential(*model))
+        before = checkpoint.load(path)[0].state_dict()
+        assert checkpoint.upgrade(path) is True and checkpoint.upgrade(path) is False
+        after = checkpoint.load(path)[0].state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in model.state_dict())
+    assert torch.equal(after["1.weight"], model[1].weight)
+    tensors, metadata = checkpoint.read(path)
+    assert (
+        metadata["format_version"] == "3" and "1.weight::gaps" in tensors and "1.weight::mask" not in tensors
+    )
+
+
+def test_an_unknown_format_is_refused(swinir_file: str) -> None:
+    rewrite_checkpoint(swinir_file, meta={"format_version": "4"})
+    with pytest.raises(ValueError, match="is in format '4'; this ISS-SR reads formats 2 and 3"):
+        checkpoint.load(swinir_file)
+
+
 def _swinir_light_x4_pruned(ratio: float) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """A real SwinIR-light x4 with the ``ceil(ratio * n)`` smallest |w| of every Conv2d/Linear zeroed."""
     archs = pytest.importorskip("iss.archs")
@@ -187,6 +273,7 @@ def test_swinir_light_at_095_is_a_tenth_of_dense(tmp_path) -> None:
         f"{fp16 / dense_params:.3f})"
     )
     assert fp32 <= dense / 10 and fp16 <= dense_params / 10
+    assert fp16 < 0.08 * dense_params  # format 3's run-length masks (bitmasks alone: 9.2%)
     loaded, _ = checkpoint.load(tmp_path / "fp32.safetensors")
     for name, mask in masks.items():  # exactly as sparse as saved, layer by layer
         assert torch.equal(loaded.state_dict()[name] != 0, mask), name

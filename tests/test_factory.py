@@ -167,6 +167,17 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     state = tmp_path / "rec" / "swinir-light_x2_r0.5_cpu" / config["states"][-1]["file"]
     assert sorted(optimizer_runs(state)) == ["iht", "iss-p"]
     _check_the_analysis_tab_reads(tmp_path / "rec", "swinir-light_x2_r0.5_cpu", config, monkeypatch)
+    # The same group trained on a GPU: its recording's state supersedes the CPU one, whose series stay.
+    record = work / next(
+        c.name for c in plan.cells if c.group == "swinir-light_x2_r0.5" and c.method == "iss-p"
+    )
+    cell = json.loads((record / "cell.json").read_text())
+    (record / "cell.json").write_text(json.dumps({**cell, "device": "cuda: NVIDIA H100"}))
+    gpu, cpu = (tmp_path / "rec" / f"swinir-light_x2_r0.5_{d}" for d in ("gpu", "cpu"))
+    assert factory.add_recordings(plan, work, tmp_path / "rec", names=added) == [gpu]
+    assert [p.name for p in gpu.glob("state_*")] == [config["states"][0]["file"]]
+    assert not list(cpu.glob("state_*")) and load_recording(cpu)[0]["states"] == []
+    assert set(load_recording(cpu)[1]) == {"iss-p", "iht"}
     for entry in zoo.load_zoo(manifest):
         zoo.verify(entry.bundled, entry)
         model, meta = checkpoint.load(entry.bundled)
@@ -174,10 +185,8 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
         assert entry.metrics["Set5"]["psnr"] == pytest.approx(record["metrics"]["Set5"]["psnr"], abs=1e-4)
         assert entry.budget["iterations"] == meta["iterations"] == record["cell"]["iters"]
         assert entry.budget["device"].startswith("cpu") and entry.budget["git_commit"]
-        tensors = _tensors(entry.bundled)
-        for name in (n for n in tensors if n.endswith(checkpoint.MASK_SUFFIX)):
-            weight = model.get_parameter(name.removesuffix(checkpoint.MASK_SUFFIX))
-            kept = int(checkpoint.unpack_mask(tensors[name], weight.shape).sum())
+        for name, mask in checkpoint.read_masks(entry.bundled).items():
+            weight, kept = model.get_parameter(name), int(mask.sum())
             assert kept == weight.numel() - int(np.ceil(round(entry.ratio * weight.numel(), 6))), name
 
 

@@ -178,6 +178,17 @@ def list_recordings(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/run.json")) if root.is_dir() else []
 
 
+def drop_states(folder: str | Path) -> list[Path]:
+    """Delete a recording's resumable states, keeping its series; returns the files removed."""
+    folder = Path(folder)
+    config = json.loads((folder / "run.json").read_text())
+    removed = [folder / s["file"] for s in config.get("states", []) if (folder / s["file"]).is_file()]
+    for path in removed:
+        path.unlink()
+    (folder / "run.json").write_text(json.dumps({**config, "states": []}, indent=1))
+    return removed
+
+
 def save_state(
     path: str | Path,
     models: dict[str, nn.Module],
