@@ -31,11 +31,17 @@ def pack_data(plan: Plan, data_dir: Path, out: Path, *, budget_mib: float, log=p
     """Copy the plan's training folders, then its evaluation sets while they fit in ``budget_mib`` together
     with the tracked files of the repository; returns the evaluation sets left out."""
     repo = Path(__file__).resolve().parents[1]
-    left = budget_mib * MIB - tracked_bytes(repo)
+    tracked = tracked_files(repo)
+    left = budget_mib * MIB - sum(tracked.values())
     for folder in plan.train_data:
         left -= _copy_images(data_dir / folder, out / "data" / folder)
     if left < 0:
-        raise ValueError(f"the training data alone exceeds the {budget_mib} MiB budget")
+        largest = sorted(tracked, key=tracked.get, reverse=True)[:3]
+        raise ValueError(
+            f"the training data and the {sum(tracked.values()) / MIB:.1f} MiB of tracked files exceed the "
+            f"{budget_mib} MiB budget by {-left / MIB:.1f} MiB; the largest tracked files: "
+            + ", ".join(f"{name} ({tracked[name] / MIB:.1f} MiB)" for name in largest)
+        )
     skipped = []
     for name in plan.eval:
         images = [p for p in (data_dir / "benchmarks" / name).rglob("*") if _is_image(p)]
@@ -56,10 +62,10 @@ def pack_data(plan: Plan, data_dir: Path, out: Path, *, budget_mib: float, log=p
     return skipped
 
 
-def tracked_bytes(repo: Path) -> int:
-    """Bytes of the files git tracks (they always travel with the working tree)."""
+def tracked_files(repo: Path) -> dict[str, int]:
+    """Bytes of each file git tracks (they always travel with the working tree)."""
     names = subprocess.run(["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True).stdout
-    return sum((repo / n).stat().st_size for n in names.decode().split("\0") if n and (repo / n).is_file())
+    return {n: (repo / n).stat().st_size for n in names.decode().split("\0") if n and (repo / n).is_file()}
 
 
 def folder_bytes(folder: Path) -> int:

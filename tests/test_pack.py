@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from iss.data import BenchmarkSet, list_images, read_image
-from iss.pack import MIB, export_cells, pack_data, tracked_bytes
+from iss.pack import MIB, export_cells, pack_data, tracked_files
 from iss.plan import load_plan
 from tests.common import ROOT
 
@@ -38,7 +39,8 @@ def test_pack_keeps_every_pixel_and_leaves_out_what_does_not_fit(
 ) -> None:
     monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "pack"
-    budget = (tracked_bytes(ROOT) + 10 * MIB) / MIB  # T91 (~7 MiB as WebP) and Set5, not Set14 too
+    tracked = tracked_files(ROOT)
+    budget = (sum(tracked.values()) + 10 * MIB) / MIB  # T91 (~7 MiB as WebP) and Set5, not Set14 too
     skipped = pack_data(load_plan(plan), data_root, out, budget_mib=budget, log=lambda _: None)
     assert skipped == ["Set14"]
     packed = list_images(out / "data" / "train" / "T91")
@@ -56,6 +58,10 @@ def test_pack_keeps_every_pixel_and_leaves_out_what_does_not_fit(
     for a, b in zip(here, there, strict=True):
         assert np.array_equal(a.hr, b.hr) and np.array_equal(a.lr, b.lr)
     assert (out / "COMMIT").read_text()
+    # Without room for the training data, the error names what takes the room.
+    largest = max(tracked, key=tracked.get)
+    with pytest.raises(ValueError, match=rf"exceed the .* MiB budget by .*{re.escape(largest)}"):
+        pack_data(load_plan(plan), data_root, tmp_path / "pack2", budget_mib=budget - 9, log=lambda _: None)
 
 
 def test_export_splits_results_under_the_size_limit_without_states(tmp_path: Path) -> None:
