@@ -167,7 +167,10 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     state = tmp_path / "rec" / "swinir-light_x2_r0.5_cpu" / config["states"][-1]["file"]
     assert sorted(optimizer_runs(state)) == ["iht", "iss-p"]
     _check_the_analysis_tab_reads(tmp_path / "rec", "swinir-light_x2_r0.5_cpu", config, monkeypatch)
-    # The same group trained on a GPU: its recording's state supersedes the CPU one, whose series stay.
+    # The same group trained on a GPU, whose latest states zoo export left out: its recording takes the
+    # states that came back, and supersedes the CPU one's, whose series stay.
+    for cell in (c for c in plan.cells if c.group == "swinir-light_x2_r0.5"):
+        (work / cell.name / "recording" / config["states"][0]["file"]).unlink()
     record = work / next(
         c.name for c in plan.cells if c.group == "swinir-light_x2_r0.5" and c.method == "iss-p"
     )
@@ -175,7 +178,10 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     (record / "cell.json").write_text(json.dumps({**cell, "device": "cuda: NVIDIA H100"}))
     gpu, cpu = (tmp_path / "rec" / f"swinir-light_x2_r0.5_{d}" for d in ("gpu", "cpu"))
     assert factory.add_recordings(plan, work, tmp_path / "rec", names=added) == [gpu]
-    assert [p.name for p in gpu.glob("state_*")] == [config["states"][0]["file"]]
+    assert load_recording(gpu)[0]["states"] == [
+        {"iteration": prune_iters // 2, "file": f"state_{prune_iters // 2}.safetensors"}
+    ]
+    assert [p.name for p in gpu.glob("state_*")] == [f"state_{prune_iters // 2}.safetensors"]
     assert not list(cpu.glob("state_*")) and load_recording(cpu)[0]["states"] == []
     assert set(load_recording(cpu)[1]) == {"iss-p", "iht"}
     for entry in zoo.load_zoo(manifest):

@@ -421,7 +421,10 @@ def merge_recordings(parts: dict[str, Path], out: str | Path, config: dict[str, 
     for run, folder in parts.items():
         configs[run], found = load_recording(folder)
         traces[run] = found[run]
-    common = set.intersection(*({s["iteration"] for s in c.get("states", [])} for c in configs.values()))
+    common = set.intersection(  # states that came back for every part (zoo export may leave some out)
+        *({s["iteration"] for s in configs[run].get("states", []) if (Path(folder) / s["file"]).is_file()}
+          for run, folder in parts.items())
+    )  # fmt: skip
     states = []
     for iteration in sorted(common)[-1:]:
         name = f"state_{iteration}.safetensors"
