@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from checkpoint_fp16 import _plain_meta
 from safetensors.torch import save as st_save
 from sparse_inference import build
 
@@ -61,8 +62,9 @@ def zoo_case(entry: zoo.ZooEntry, folder: Path) -> dict:
     """A bundled (trained, format-2) checkpoint re-saved by the current ``save``."""
     model, meta = checkpoint.load(entry.bundled)
     masks = checkpoint.read_masks(entry.bundled)
-    keep = {k: v for k, v in meta.items() if k not in ("format_version", "sha256", "values_dtype")}
-    path = checkpoint.save(model, folder / "model.safetensors", keep, masks, dtype=meta["values_dtype"])
+    path = checkpoint.save(
+        model, folder / "model.safetensors", _plain_meta(meta), masks, dtype=meta["values_dtype"]
+    )
     return {"model": entry.name, "ratio": entry.ratio, "dtype": meta["values_dtype"], **sizes(path, folder)}
 
 
