@@ -458,13 +458,17 @@ def add_to_zoo(
 
 def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> list[Path]:
     """For every group whose ISS-P and IHT cells are among ``names`` and were recorded: one recording of both
-    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name. A GPU
-    recording's state supersedes the group's CPU one, which keeps its series only (one ~12 MB state per
-    group, so that the repository still fits a GPU round)."""
+    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name.
+
+    Only the plan's first group that trains both keeps a resumable state (the latest; a GPU one supersedes
+    the CPU one, which keeps its series), the others their series: a state is ~12 MB for SwinIR-light, and
+    the repository that bundles the recordings must still fit a GPU round."""
     from .ui.recording import RUNS, drop_states, merge_recordings
 
+    groups = list(dict.fromkeys(c.group for c in plan.cells))
+    stateful = next((g for g in groups if {c.method for c in plan.cells if c.group == g} >= set(RUNS)), None)
     written = []
-    for group in dict.fromkeys(c.group for c in plan.cells):
+    for group in groups:
         cells = {c.method: c for c in plan.cells if c.group == group and c.method in RUNS}
         parts = {run: work / cells[run].name / "recording" for run in cells}
         if set(cells) != set(RUNS) or not all(c.name in names and (parts[r] / "run.json").is_file()
@@ -477,7 +481,9 @@ def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> l
         config = json.loads((parts["iss-p"] / "run.json").read_text())
         config["command"] = f"python -m iss zoo train --plan {plan.path.name} (cells of {group})"
         written.append(merge_recordings(parts, out, {k: v for k, v in config.items() if k not in _PER_RUN}))
-        if out.name.endswith("_gpu") and (root / f"{group}_cpu" / "run.json").is_file():
+        if group != stateful:
+            drop_states(out)
+        elif out.name.endswith("_gpu") and (root / f"{group}_cpu" / "run.json").is_file():
             drop_states(root / f"{group}_cpu")
     return written
 

@@ -184,6 +184,16 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     assert [p.name for p in gpu.glob("state_*")] == [f"state_{prune_iters // 2}.safetensors"]
     assert not list(cpu.glob("state_*")) and load_recording(cpu)[0]["states"] == []
     assert set(load_recording(cpu)[1]) == {"iss-p", "iht"}
+    # Behind a first group that trains ISS-P and IHT too, the x2 group keeps its series only.
+    raw = json.loads(plan_path.read_text())
+    first = {**raw["groups"][0], "scale": 4, "iters": 8, "prune_iters": 4, "milestones": [6]}
+    behind = tmp_path / "behind.json"
+    behind.write_text(json.dumps({**raw, "groups": [first, *raw["groups"]]}))
+    assert factory.add_recordings(load_plan(behind), work, tmp_path / "rec2", names=added) == [
+        tmp_path / "rec2" / "swinir-light_x2_r0.5_gpu"
+    ]
+    assert load_recording(tmp_path / "rec2" / "swinir-light_x2_r0.5_gpu")[0]["states"] == []
+    assert not list((tmp_path / "rec2").rglob("state_*"))
     for entry in zoo.load_zoo(manifest):
         zoo.verify(entry.bundled, entry)
         model, meta = checkpoint.load(entry.bundled)
