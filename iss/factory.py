@@ -145,13 +145,24 @@ def _on_sigterm() -> Iterator[threading.Event]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def recorded_groups(plan: Plan) -> list[str]:
+    """The plan's groups that train both ISS-P and IHT (recorded for the Analysis tab), in plan order; the
+    first one alone keeps resumable states (~12 MB each for SwinIR-light: the repository that bundles the
+    recordings must still fit a GPU round)."""
+    from .ui.recording import RUNS
+
+    groups = dict.fromkeys(c.group for c in plan.cells)
+    return [g for g in groups if {c.method for c in plan.cells if c.group == g} >= set(RUNS)]
+
+
 def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
-    """For the ISS-P and IHT cells of a group that trains both: a recorder of the Analysis tab's series and
-    of resumable states at half and three quarters of K_p (``DIR/<cell>/recording``); else None."""
+    """For the ISS-P and IHT cells of a recorded group: a recorder of the Analysis tab's series, and for the
+    first such group of resumable states at half and three quarters of K_p (``DIR/<cell>/recording``);
+    else None."""
     from .ui.recording import RUNS, TrainRecorder
 
-    methods = {c.method for c in plan.cells if c.group == cell.group}
-    if cell.method not in RUNS or not methods >= set(RUNS):
+    recorded = recorded_groups(plan)
+    if cell.method not in RUNS or cell.group not in recorded:
         return None
     meta = {
         "arch": cell.arch, "scale": cell.scale, "ratio": cell.ratio, "alpha": 0.95,
@@ -160,7 +171,7 @@ def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
         "device": device_name(config.device), "data": [Path(d).name for d in config.train_data],
         "command": f"python -m iss zoo train --plan {plan.path.name} (cell {cell.name})",
     }  # fmt: skip
-    states = (config.prune_iters // 2, config.prune_iters * 3 // 4)
+    states = (config.prune_iters // 2, config.prune_iters * 3 // 4) if cell.group == recorded[0] else ()
     return TrainRecorder(folder / "recording", cell.method, meta, states=states)
 
 
@@ -460,19 +471,16 @@ def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> l
     """For every group whose ISS-P and IHT cells are among ``names`` and were recorded: one recording of both
     in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name.
 
-    Only the plan's first group that trains both keeps a resumable state (the latest; a GPU one supersedes
-    the CPU one, which keeps its series), the others their series: a state is ~12 MB for SwinIR-light, and
-    the repository that bundles the recordings must still fit a GPU round."""
+    Only the first of ``recorded_groups`` keeps a resumable state (the latest; a GPU one supersedes the CPU
+    one, which keeps its series), the others their series."""
     from .ui.recording import RUNS, drop_states, merge_recordings
 
-    groups = list(dict.fromkeys(c.group for c in plan.cells))
-    stateful = next((g for g in groups if {c.method for c in plan.cells if c.group == g} >= set(RUNS)), None)
+    recorded = recorded_groups(plan)
     written = []
-    for group in groups:
+    for group in recorded:
         cells = {c.method: c for c in plan.cells if c.group == group and c.method in RUNS}
         parts = {run: work / cells[run].name / "recording" for run in cells}
-        if set(cells) != set(RUNS) or not all(c.name in names and (parts[r] / "run.json").is_file()
-                                              for r, c in cells.items()):  # fmt: skip
+        if not all(c.name in names and (parts[r] / "run.json").is_file() for r, c in cells.items()):
             continue
         record = CellRecord.read(work / cells["iss-p"].name, cells["iss-p"])
         out = root / f"{group}_{'cpu' if record.device.startswith('cpu') else 'gpu'}"
@@ -481,7 +489,7 @@ def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> l
         config = json.loads((parts["iss-p"] / "run.json").read_text())
         config["command"] = f"python -m iss zoo train --plan {plan.path.name} (cells of {group})"
         written.append(merge_recordings(parts, out, {k: v for k, v in config.items() if k not in _PER_RUN}))
-        if group != stateful:
+        if group != recorded[0]:
             drop_states(out)
         elif out.name.endswith("_gpu") and (root / f"{group}_cpu" / "run.json").is_file():
             drop_states(root / f"{group}_cpu")
