@@ -304,9 +304,9 @@ def decode_mask(
     code = tensors[name + suffix]
     if code.dtype != torch.uint8 or code.ndim != 1:
         raise ValueError(f"mask of {name} is {code.dtype} of shape {tuple(code.shape)}, not a uint8 vector")
-    numel = int(np.prod(shape))
     if suffix == GAPS_SUFFIX:
         return unpack_gaps(code, shape)
+    numel = int(np.prod(shape))
     if code.numel() != (numel + 7) // 8:
         raise ValueError(f"mask of {name} has {code.numel()} bytes, expected {(numel + 7) // 8}")
     return unpack_mask(code, shape)
