@@ -59,7 +59,7 @@ def random_case(arch: str, ratio: float, dtype: str, folder: Path) -> dict:
 
 
 def zoo_case(entry: zoo.ZooEntry, folder: Path) -> dict:
-    """A bundled (trained, format-2) checkpoint re-saved by the current ``save``."""
+    """A bundled (trained) checkpoint re-saved by the current ``save``, against its format-2 rewrite."""
     model, meta = checkpoint.load(entry.bundled)
     masks = checkpoint.read_masks(entry.bundled)
     path = checkpoint.save(
