@@ -118,7 +118,7 @@ def _compare_outputs(
 
 
 def _run_compare(
-    image: dict | None,
+    image: Any,
     backbone: Any,
     scale: Any,
     ratio: Any,
@@ -137,7 +137,7 @@ def _run_compare(
     gets one line. The PNG downloads go to Gradio's cache, where ``delete_cache`` removes them.
     """
     try:
-        path, out_dir = _upload_path(image), str(_download_folder(cache))
+        path, out_dir = _upload_path(image, cache), str(_download_folder(cache))
         for comp in gpu_compare(
             path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir
         ):
@@ -147,11 +147,30 @@ def _run_compare(
         raise _error(e) from None
 
 
-def _upload_path(image: dict | None) -> str | None:
-    """The uploaded file's path in Gradio's unprocessed image record (None: no image)."""
-    if image is not None and not image.get("path"):
-        raise ValueError("send the image as an uploaded file (gradio_client.handle_file(path)), not a URL")
-    return None if image is None else image["path"]
+NOT_UPLOADED = (
+    "the image must be a file uploaded to this app (gradio_client.handle_file(path) or the upload route), "
+    "not a server path or a URL"
+)
+
+
+def _upload_path(image: Any, cache: str) -> str | None:
+    """The uploaded file's path in Gradio's unprocessed image record (None: no image).
+
+    The endpoints that take the record unprocessed (``preprocess=False``) skip Gradio's own check, so it is
+    done here: only a regular file inside Gradio's upload cache ``cache`` (after resolving ``..`` and
+    symbolic links) is opened. Any other path gets the same one line whether or not it exists, so a client
+    can neither read nor probe the server's files.
+    """
+    if image is None:
+        return None
+    path = image.get("path") if isinstance(image, dict) else None
+    try:
+        real = Path(os.path.realpath(path)) if isinstance(path, str) and path else None
+        if real is None or not real.is_relative_to(os.path.realpath(cache)) or not real.is_file():
+            raise ValueError(NOT_UPLOADED)
+    except (OSError, ValueError):  # also a NUL byte or an overlong name
+        raise ValueError(NOT_UPLOADED) from None
+    return str(real)
 
 
 def _download_folder(cache: str) -> Path:
@@ -170,21 +189,30 @@ def gpu_compare(*args: Any, **kwargs: Any) -> Iterator[compare.Comparison]:
 
 
 def _estimate(
-    image: dict | None,
+    image: Any,
     backbone: Any,
     scale: Any,
     ratio: Any,
     methods: Any,
     mode: Any,
     sparse: Any,
-    zoo_path: str | None = None,
+    *,
+    zoo_path: str | None,
+    cache: str,
 ) -> str:
     """The expected time of a comparison, shown before it runs (raw values, as ``/upscale`` gets them)."""
     if image is None:
         return "Upload an image or pick an example, then press **Compare**."
     try:
         found = compare.estimate(
-            _upload_path(image), backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path
+            _upload_path(image, cache),
+            backbone,
+            scale,
+            ratio,
+            methods,
+            mode,
+            sparse=sparse,
+            zoo_path=zoo_path,
         )
     except (ValueError, KeyError, FileNotFoundError) as e:
         return f"⚠️ {e.args[0] if isinstance(e, KeyError) and e.args else e}"
@@ -323,7 +351,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
     inputs = [image, backbone, scale, ratio, methods, mode, sparse]
     gr.on(
         [image.change, mode.change, methods.change, sparse.change, ratio.change],
-        functools.partial(_estimate, zoo_path=zoo_path),
+        functools.partial(_estimate, zoo_path=zoo_path, cache=image.GRADIO_CACHE),
         inputs,
         [expected],
         api_visibility="private",
@@ -332,7 +360,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
         preprocess=False,
     )
     run.click(
-        functools.partial(_run_compare, zoo_path=zoo_path, cache=files.GRADIO_CACHE),
+        functools.partial(_run_compare, zoo_path=zoo_path, cache=image.GRADIO_CACHE),
         inputs,
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",

@@ -48,9 +48,11 @@ class Trainer:
     """One optimisation step at a time (forward, L1, backward, pruner hooks, Adam, LR schedule).
 
     ``model`` may be a DistributedDataParallel/compiled wrapper; ``pruner`` works on the raw module's weights.
-    The LR is ``config.lr`` during the pruning stage and ``config.lr * gamma ** k`` in fine-tuning, where
-    ``k`` counts the milestones at or below the number of fine-tuning steps done (officially the scheduler is
-    not stepped while pruning). Adam is the fused kernel on CUDA.
+    With the official ``step`` schedule the LR is ``config.lr`` during the pruning stage and
+    ``config.lr * gamma ** k`` in fine-tuning, where ``k`` counts the milestones at or below the number of
+    fine-tuning steps done (officially the scheduler is not stepped while pruning). The ``cosine`` schedule
+    (for short budgets) warms up linearly over ``warmup`` steps, then follows a cosine to 0 at ``iters``,
+    across both stages. Adam is the fused kernel on CUDA.
     """
 
     def __init__(self, model: nn.Module, pruner: Any, config: TrainConfig) -> None:
@@ -67,9 +69,14 @@ class Trainer:
     @property
     def lr(self) -> float:
         """The learning rate the next step uses."""
-        return self.config.lr * self.config.gamma ** bisect.bisect_right(
-            self.config.milestones, self.finetune_steps
-        )
+        config = self.config
+        if config.schedule == "cosine":
+            done = self.pruner.iteration
+            if done < config.warmup:
+                return config.lr * (done + 1) / config.warmup
+            progress = (done - config.warmup) / max(config.iters - config.warmup, 1)
+            return config.lr * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+        return config.lr * config.gamma ** bisect.bisect_right(config.milestones, self.finetune_steps)
 
     def step(self, lr: torch.Tensor, hr: torch.Tensor, *, check: bool = True) -> torch.Tensor:
         """One training step; returns the L1 loss as a 0-dim tensor.
@@ -573,6 +580,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--patch", type=int, help="LR patch size")
     parser.add_argument("--lr", type=float)
     parser.add_argument("--milestones", help="comma-separated fine-tuning iterations at which the LR halves")
+    parser.add_argument(
+        "--schedule", choices=("step", "cosine"), help="LR schedule: official step halvings or cosine"
+    )
+    parser.add_argument("--warmup", type=int, help="cosine: linear warm-up iterations")
     parser.add_argument("--train-data", required=True, help="training image folder(s), comma-separated")
     parser.add_argument("--val-data", help="a benchmark set folder for periodic validation, e.g. .../Set5")
     parser.add_argument("--val-every", type=int)
@@ -605,6 +616,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         "log_every": args.log_every, "mask_check_every": args.mask_check_every,
         "out": args.out, "seed": args.seed, "device": args.device, "amp": args.amp, "compile": args.compile,
         "workers": args.workers, "threads": args.threads, "val_data": args.val_data,
+        "schedule": args.schedule, "warmup": args.warmup,
         "train_data": tuple(d for d in args.train_data.split(",") if d),
         "arch_kwargs": _json_arg(args.arch_kwargs, "--arch-kwargs"),
         "pruner_options": _json_arg(args.pruner_options, "--pruner-options"),

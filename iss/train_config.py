@@ -50,6 +50,8 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.99)
     milestones: tuple[int, ...] = ()  # fine-tuning iterations at which the LR halves
     gamma: float = 0.5
+    schedule: str = "step"  # step: constant while pruning, then milestones; cosine: warm-up + cosine to 0
+    warmup: int = 0  # cosine: iterations of linear warm-up from 0 to lr
     train_data: tuple[str, ...] = ()
     val_data: str | None = None  # a benchmark set folder, e.g. .../benchmarks/Set5
     val_every: int = 500
@@ -85,6 +87,8 @@ class TrainConfig:
             "milestones": list(self.milestones) == sorted(self.milestones)
             and all(m > 0 for m in self.milestones),
             "gamma": 0.0 < self.gamma <= 1.0,
+            "schedule": self.schedule in ("step", "cosine"),
+            "warmup": 0 <= self.warmup < self.iters,
             "val_every": self.val_every > 0,
             "save_every": self.save_every > 0,
             "log_every": self.log_every > 0,

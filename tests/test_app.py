@@ -184,6 +184,80 @@ def test_hostile_uploads_get_one_line_each_and_the_server_stays_up(client, tmp_p
     assert result[5].startswith("swinir-light x4: LR 60x60 to 240x240")
 
 
+def _raw_call(app_url: str, api_name: str, data: list) -> tuple[str, Any]:
+    """Call a named endpoint as any HTTP client can, without gradio_client (which adds ``meta`` to file
+    records): POST ``/gradio_api/call/<name>``, read its event stream; (last event, its data)."""
+    import httpx
+
+    base = app_url.rstrip("/") + f"/gradio_api/call/{api_name}"
+    event_id = httpx.post(base, json={"data": data}, timeout=30).json()["event_id"]
+    with httpx.stream("GET", f"{base}/{event_id}", timeout=180) as response:
+        text = "".join(response.iter_text())
+    event, payload = re.findall(r"^event: (\w+)\ndata: (.*)$", text, flags=re.M)[-1]
+    return event, json.loads(payload)
+
+
+def _raw_upload(app_url: str, path: Path) -> str:
+    """Upload a file through Gradio's upload route; the server-side path it was stored at."""
+    import httpx
+
+    with path.open("rb") as f:
+        response = httpx.post(app_url.rstrip("/") + "/gradio_api/upload", files={"files": f}, timeout=30)
+    return response.json()[0]
+
+
+@pytest.mark.parametrize("meta", [False, True], ids=["bare", "with-meta"])
+def test_upscale_opens_only_uploaded_files_through_the_raw_http_api(
+    app_url: str, tmp_path: Path, meta: bool
+) -> None:
+    """Issue 30 item 1: a file record naming any server path, existing or not, image or not, relative, or a
+    symlink planted in the upload cache, gets one and the same answer; an uploaded file works. A record
+    with ``meta`` is refused by Gradio itself (``{"error": null}``) before the app sees it; a bare one by
+    the app, with its one line."""
+    app = _load_app()
+    secret = tmp_path / "secret.png"
+    Image.new("RGB", (64, 64), "red").save(secret)
+    cache = Path(gradio.utils.get_upload_folder())
+    planted = cache / f"planted-{os.getpid()}-{meta}.png"
+    planted.symlink_to(secret)
+    outside = [
+        str(secret), "/etc/hostname", "/no/such/file.png", "../../../../../../etc/passwd",
+        os.path.relpath(secret), str(planted), "a\x00b",
+    ]  # fmt: skip
+    args = ["swinir-light", 4, None, ["bicubic"], compare.MODE_HR, False]
+
+    def call(path: str) -> tuple[str, Any]:
+        record = {"path": path} | ({"meta": {"_type": "gradio.FileData"}} if meta else {})
+        return _raw_call(app_url, "upscale", [record, *args])
+
+    try:
+        answers = [call(path) for path in outside]
+    finally:
+        planted.unlink()
+    assert len(set(map(json.dumps, answers))) == 1  # nothing tells one path from another
+    event, payload = answers[0]
+    assert event == "error" and payload["error"] == (None if meta else app.NOT_UPLOADED)
+    event, payload = call(str(cache))  # in the cache, but not a file
+    assert event == "error" and payload["error"] == app.NOT_UPLOADED
+    event, outputs = call(_raw_upload(app_url, secret))
+    assert event == "complete" and outputs[5].startswith("swinir-light x4: LR 16x16 to 64x64")
+
+
+def test_the_estimate_opens_only_uploaded_files(zoo_path: str, tmp_path: Path) -> None:
+    """The estimate shown before a run takes the same unprocessed record: the same check, the same line."""
+    app = _load_app()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    Image.new("RGB", (64, 64)).save(tmp_path / "outside.png")
+    Image.new("RGB", (64, 64)).save(cache / "inside.png")
+    args = ("swinir-light", 4, None, ["bicubic"], compare.MODE_HR, False)
+    for path in (tmp_path / "outside.png", cache / "../outside.png", tmp_path / "missing.png"):
+        text = app._estimate({"path": str(path)}, *args, zoo_path=zoo_path, cache=str(cache))
+        assert text == f"⚠️ {app.NOT_UPLOADED}"
+    inside = app._estimate({"path": str(cache / "inside.png")}, *args, zoo_path=zoo_path, cache=str(cache))
+    assert "Expected" in inside and "LR 16x16 to 64x64" in inside
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [

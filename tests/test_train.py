@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import os
@@ -142,6 +143,22 @@ def test_lr_constant_while_pruning_then_halves_from_finetune_start() -> None:
         lrs.append(trainer.lr)
         trainer.step(torch.rand(1, 3, 4, 4), torch.rand(1, 3, 4, 4))
     assert lrs == [1e-3] * 5 + [5e-4] * 2 + [2.5e-4]
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero_across_both_stages() -> None:
+    model = nn.Conv2d(3, 3, 1)
+    pruner = _StandInPruner(model, 0.5, prune_iters=3)
+    config = TrainConfig(iters=10, prune_iters=3, lr=1e-3, schedule="cosine", warmup=2)
+    trainer = Trainer(model, pruner, config)
+    lrs = []
+    for _ in range(10):
+        lrs.append(trainer.lr)
+        trainer.step(torch.rand(1, 3, 4, 4), torch.rand(1, 3, 4, 4))
+    assert lrs[:3] == pytest.approx([5e-4, 1e-3, 1e-3])  # linear warm-up, then the peak
+    assert lrs[6] == pytest.approx(0.5e-3)  # half-way through the cosine (iteration 6 of 2..10)
+    assert all(a > b for a, b in itertools.pairwise(lrs[2:])) and lrs[-1] < 0.05e-3
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="linear")
 
 
 def test_step_runs_hooks_in_contract_order() -> None:

@@ -156,3 +156,12 @@ def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     assert settings["optimizer"] and settings["prune_iters"] == 3000
     text = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, start, device="cpu").describe()
     assert "with optimizer state" in text and "swinir-light x4" in text  # the recording's scale, not x2
+
+
+@pytest.mark.parametrize("name", ["..", "../../checkpoints", "/etc", "x @ 1"])
+def test_recordings_are_named_never_reached_by_path(name: str) -> None:
+    """Only the bundled recordings' names open a folder: a client's path gets the list of names instead."""
+    with pytest.raises(KeyError, match="choose one of"):
+        analysis.recording_layers(name)
+    with pytest.raises(KeyError, match="no recorded state"):
+        analysis.start_settings(f"{name} @ 1")

@@ -90,6 +90,14 @@ def recording_names() -> list[str]:
     return [p.name for p in list_recordings(RECORDINGS_DIR)]
 
 
+def _recording_folder(name: str) -> Path:
+    """The folder of bundled recording ``name``: only names ``recording_names`` lists, never a path."""
+    names = recording_names()
+    if name not in names:
+        raise KeyError(f"no recording '{name}'; choose one of: {', '.join(names)}")
+    return RECORDINGS_DIR / name
+
+
 def default_layers(layers: Sequence[str], count: int = 2) -> list[str]:
     """Two representative layers (a quarter and three quarters into the network), as the paper's Fig. 3."""
     if len(layers) <= count:
@@ -99,7 +107,7 @@ def default_layers(layers: Sequence[str], count: int = 2) -> list[str]:
 
 def recorded_figures(name: str, layers: Sequence[str] | None = None) -> tuple[Any, Any, Any, str]:
     """The three analysis figures for a whole recorded run, and a summary line."""
-    config, traces = load_recording(RECORDINGS_DIR / name)
+    config, traces = load_recording(_recording_folder(name))
     chosen = [layer for layer in (layers or []) if layer in config["layers"]] or default_layers(
         config["layers"]
     )
@@ -119,7 +127,7 @@ def recorded_figures(name: str, layers: Sequence[str] | None = None) -> tuple[An
 
 def recording_layers(name: str) -> list[str]:
     """Layers traced in recording ``name``."""
-    config, _ = load_recording(RECORDINGS_DIR / name)
+    config, _ = load_recording(_recording_folder(name))
     return list(config["layers"])
 
 
@@ -211,11 +219,12 @@ def build_live_run(
 def _recorded_state(start: str) -> tuple[Path, dict[str, Any]]:
     """Path of the state file named ``<recording> @ <iteration>`` and the recording's config."""
     name, _, iteration = start.partition(" @ ")
-    folder = RECORDINGS_DIR / name.strip()
-    config, _ = load_recording(folder)
-    for state in config.get("states", []):
-        if str(state["iteration"]) == iteration.strip():
-            return folder / state["file"], config
+    if name.strip() in recording_names():
+        folder = _recording_folder(name.strip())
+        config, _ = load_recording(folder)
+        for state in config.get("states", []):
+            if str(state["iteration"]) == iteration.strip():
+                return folder / state["file"], config
     raise KeyError(f"no recorded state '{start}'; choose one of: {', '.join(recorded_states())}")
 
 
