@@ -188,12 +188,18 @@ def _state_dict(model: nn.Module, tensors: dict[str, torch.Tensor], metadata: di
     """``model``'s state dict from a checkpoint's (checked) tensors, derived buffers taken from the model."""
     reference = model.state_dict()
     derived = set(json.loads(metadata.get("derived", "[]")))
+    parameters = {name for name, _ in model.named_parameters()}
+    if derived & parameters:  # only buffers the architecture recomputes can be derived, never a weight
+        raise ValueError(f"lists learned weights as derived: {', '.join(sorted(derived & parameters)[:5])}")
     stored = {_weight_name(key) for key in tensors}
     unexpected = sorted(stored - set(reference))
     if unexpected:
         raise ValueError(
             f"holds tensors that {type(model).__name__} does not have: {', '.join(unexpected[:5])}"
         )
+    missing = sorted(set(reference) - stored - derived)
+    if missing:
+        raise ValueError(f"misses tensors that {type(model).__name__} needs: {', '.join(missing[:5])}")
     state = {}
     for name, ref in reference.items():
         if name in derived:

@@ -88,8 +88,9 @@ def as_format_1(path: Path) -> None:
     path.write_bytes(save(tensors, metadata=old | {"sha256": checkpoint.payload_sha256(tensors)}))
 
 
-def rewrite_checkpoint(path: str | Path, *, tensors=None, meta=None, resign: bool = True) -> None:
-    """Edit a checkpoint's tensors and/or metadata, then recompute its sha256 as a forger would (or not)."""
+def rewrite_checkpoint(path: str | Path, *, tensors=None, meta=None, drop=(), resign: bool = True) -> None:
+    """Edit a checkpoint's tensors (``drop`` removes some) and/or metadata, then recompute its sha256 as a
+    forger would (or not)."""
     import json
 
     from safetensors.torch import load, save
@@ -100,6 +101,8 @@ def rewrite_checkpoint(path: str | Path, *, tensors=None, meta=None, resign: boo
     stored = load(raw)
     metadata = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])["__metadata__"]
     stored.update(tensors or {})
+    for name in drop:
+        del stored[name]
     metadata.update(meta or {})
     if resign:
         metadata["sha256"] = checkpoint.payload_sha256(stored, metadata)

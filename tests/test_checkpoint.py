@@ -118,6 +118,20 @@ def test_tampered_file_fails_integrity_check(tiny: nn.Module, tmp_path) -> None:
         checkpoint.load(path)
 
 
+@pytest.mark.parametrize(
+    ("derived", "expected"),
+    [(["index", "head.bias"], r"lists learned weights as derived: head\.bias"),
+     (["index"], r"misses tensors that TinySR needs: head\.bias")],
+)  # fmt: skip
+def test_a_rehashed_file_missing_a_weight_is_refused(tiny: nn.Module, tmp_path, derived, expected) -> None:
+    """Issue 30 item 4: a forger drops a weight (and may call it derived), then re-hashes: refused, never
+    loaded with the freshly built model's random values."""
+    path = checkpoint.save(tiny, tmp_path / "m.safetensors", META)
+    rewrite_checkpoint(path, drop=["head.bias"], meta={"derived": json.dumps(derived)})
+    with pytest.raises(ValueError, match=expected):
+        checkpoint.load(path)
+
+
 def test_truncated_or_foreign_file_is_a_clear_error(tiny: nn.Module, tmp_path) -> None:
     path = checkpoint.save(tiny, tmp_path / "m.safetensors", META)
     path.write_bytes(path.read_bytes()[:-10])
