@@ -12,6 +12,7 @@ import contextlib
 import functools
 import math
 import os
+import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -83,14 +84,23 @@ class Names(gr.Dropdown):
 
 
 class WholeNumber(gr.Number):
-    """A whole-number field that refuses NaN and infinities with a message (gradio would fail silently)."""
+    """A whole-number field that refuses text, fractions, NaN and infinities with a message (Gradio would
+    round 2.5 silently and answer "abc" with a generic error)."""
 
     is_template = True
 
     def preprocess(self, payload: Any) -> Any:
-        if isinstance(payload, float) and not math.isfinite(payload):
+        value = payload
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value.strip())
+        if value is not None and (isinstance(value, bool | str) or not isinstance(value, int | float)):
+            raise gr.Error(f"{self.label} must be a whole number, got {payload!r:.40}")
+        if isinstance(value, float) and not math.isfinite(value):
             raise gr.Error(f"{self.label} must be a finite whole number, got {payload}")
-        return super().preprocess(payload)
+        if isinstance(value, float) and not value.is_integer():
+            raise gr.Error(f"{self.label} must be a whole number, got {payload}")
+        return super().preprocess(value)
 
 
 # ---------------------------------------------------------------------------------------------------- compare
@@ -637,6 +647,27 @@ def build_demo(data_dir: str | None = None, zoo_path: str | None = None) -> gr.B
     return demo
 
 
+def delete_cache_files(demo: gr.Blocks) -> int:
+    """Delete every file this app put in Gradio's cache (uploads, results, example copies) and the folders
+    left empty; returns how many files went."""
+    files = {Path(f) for found in demo.temp_file_sets for f in found}
+    files |= {Path(f) for block in demo.blocks.values() for f in getattr(block, "keep_in_cache", ())}
+    deleted = 0
+    for path in files:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            deleted += 1
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only if empty
+    return deleted
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM (a stopped Space or container) ends the server as Ctrl-C does, so that Gradio's shutdown
+    deletes the uploads and results in its cache."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve the app (127.0.0.1:7860 by default)."""
     parser = argparse.ArgumentParser(description=TITLE)
@@ -648,9 +679,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    build_demo(args.data_dir, args.zoo).launch(
-        server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS
-    )
+    signal.signal(signal.SIGTERM, _interrupt)
+    demo = build_demo(args.data_dir, args.zoo)
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS)
+    finally:  # Ctrl-C or SIGTERM: Gradio's own shutdown may not finish its cleaning before the exit
+        demo.close()
+        delete_cache_files(demo)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ class Decoded(NamedTuple):
     image: np.ndarray  # uint8 HxWx3 RGB, EXIF orientation applied, at most ``max_side`` px on its long side
     size: tuple[int, int]  # (width, height) of the stored image, as displayed (EXIF orientation applied)
     mode: str  # Pillow mode of the stored image ("RGB", "RGBA", "P", "I;16", ...)
+    frames: int = 1  # frames or pages in the file (animated PNG/WebP, multi-page TIFF): the first is decoded
 
 
 # --------------------------------------------------------------------------------------------------- loading
@@ -110,7 +111,7 @@ def decode_image(
         raise ImageError("no such file", path)
     try:
         with _open(path) as im:
-            mode, (w, h) = im.mode, im.size
+            mode, (w, h), frames = im.mode, im.size, getattr(im, "n_frames", 1)
             _check_pixels((w, h), max_pixels)
             if max_side is not None and max(w, h) > max_side and im.format == "JPEG":
                 im.draft(None, _fit((w, h), max_side))  # decoded at 1/2-1/8 size: less time and memory
@@ -128,7 +129,7 @@ def decode_image(
     if orientation in _TRANSPOSE:
         rgb = np.ascontiguousarray(_TRANSPOSE[orientation](rgb))
         w, h = (h, w) if orientation >= 5 else (w, h)
-    return Decoded(rgb, (w, h), mode)
+    return Decoded(rgb, (w, h), mode, frames)
 
 
 def _open(path: Path) -> Image.Image:

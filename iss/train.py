@@ -436,8 +436,15 @@ def _restore(
     path: Path, config: TrainConfig, model: nn.Module, trainer: Trainer, pruner: Any, ddp: _Dist
 ) -> int:
     """Load a ``state.pt`` (tensors and plain types only) into the run; returns its iteration."""
-    state = torch.load(path, map_location="cpu", weights_only=True)  # RNG states must stay CPU tensors
-    _check_same_run(config, state["config"], path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)  # RNG states must stay CPU tensors
+        saved = state["config"]
+    except Exception as e:  # a truncated or foreign file: torch raises many types
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+        raise ValueError(
+            f"cannot resume: {path} is not a readable training state ({reason}); delete it to start over"
+        ) from None
+    _check_same_run(config, saved, path)
     model.load_state_dict(state["model"])
     trainer.load_state_dict(state["trainer"])
     pruner.load_state_dict(state["pruner"])

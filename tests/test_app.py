@@ -243,6 +243,15 @@ def test_upscale_opens_only_uploaded_files_through_the_raw_http_api(
     assert event == "complete" and outputs[5].startswith("swinir-light x4: LR 16x16 to 64x64")
 
 
+@pytest.mark.parametrize("iterations", ["abc", 2.5])
+def test_train_refuses_non_whole_iterations_through_the_raw_http_api(app_url: str, iterations) -> None:
+    """Issue 30 item 5: text or a fraction gets the field's one line (not Gradio's generic error, no
+    rounding)."""
+    args = ["swinir-light", 2, 0.95, 0.95, iterations, 400, 8, 1, [], analysis.RANDOM_INIT]
+    event, payload = _raw_call(app_url, "train", args)
+    assert event == "error" and payload["error"] == f"Iterations must be a whole number, got {iterations!r}"
+
+
 def test_the_estimate_opens_only_uploaded_files(zoo_path: str, tmp_path: Path) -> None:
     """The estimate shown before a run takes the same unprocessed record: the same check, the same line."""
     app = _load_app()
@@ -363,7 +372,10 @@ def test_typed_inputs_refuse_nonsense_with_a_message() -> None:
     count = app.WholeNumber(5, precision=0, label="Iterations")
     with pytest.raises(gr.Error, match="Iterations must be a finite whole number"):
         count.preprocess(float("nan"))
-    assert count.preprocess(7.0) == 7
+    assert count.preprocess(7.0) == 7 and count.preprocess("12") == 12
+    for bad in ("abc", 2.5, "2.5", True, [3]):
+        with pytest.raises(gr.Error, match="Iterations must be a whole number, got"):
+            count.preprocess(bad)
     ratio = app.NumberDropdown([0.95], value=0.95, label="Pruning ratio", allow_custom_value=True)
     assert ratio.preprocess("0.9") == 0.9
     with pytest.raises(gr.Error, match="Pruning ratio must be a number"):
@@ -421,3 +433,36 @@ TILES_VISIBLE = """() => {
 CELLS_WHOLE = """() => [...document.querySelectorAll('#results-table td .cell-wrap')].every(
     c => getComputedStyle(c).whiteSpace === 'nowrap' && c.scrollWidth <= c.clientWidth + 1
 )"""
+
+
+def test_sigterm_deletes_the_uploads_and_results(tmp_path: Path) -> None:
+    """Issue 30 item 5: a stopped server (SIGTERM, as a Space or container is stopped) leaves no uploads,
+    results or example copies in its cache."""
+    import signal
+    import subprocess
+
+    from gradio_client import Client, handle_file
+
+    cache, port = tmp_path / "cache", _free_port()
+    env = {**os.environ, "GRADIO_TEMP_DIR": str(cache), "GRADIO_ANALYTICS_ENABLED": "False"}
+    server = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+                break
+            except Exception:
+                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
+                time.sleep(1)
+        client.predict(handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 4, None,
+                       ["bicubic"], compare.MODE_HR, False, api_name="/upscale")  # fmt: skip
+        assert any(p.name == "bicubic_x4.png" for p in cache.rglob("*"))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0 and "Traceback" not in output
+    assert [p for p in cache.rglob("*") if p.is_file()] == []

@@ -340,6 +340,20 @@ def test_resume_refuses_a_changed_config(stand_ins: dict, tmp_path: Path) -> Non
         next(train_mod.train(dataclasses.replace(config, ratio=0.7, iters=6), resume=True))
 
 
+@pytest.mark.parametrize("damage", ["truncated", "foreign"])
+def test_resume_from_a_damaged_state_is_one_line(stand_ins: dict, tmp_path: Path, damage: str) -> None:
+    """Issue 30 item 5: ``--resume`` from a truncated or foreign ``state.pt`` says so in one line (exit 2)."""
+    config = _config(tmp_path, stand_ins, iters=3)
+    list(train_mod.train(config))
+    state = Path(config.out) / "state.pt"
+    if damage == "truncated":
+        state.write_bytes(state.read_bytes()[:200])
+    else:
+        torch.save({"weights": torch.zeros(2)}, state)
+    with pytest.raises(ValueError, match=r"cannot resume: .*state\.pt is not a readable training state"):
+        next(train_mod.train(dataclasses.replace(config, iters=6), resume=True))
+
+
 def test_train_writes_log_and_sparse_checkpoint(stand_ins: dict, tmp_path: Path, monkeypatch) -> None:
     from iss import checkpoint
 

@@ -101,6 +101,26 @@ def test_size_cap_downscales_with_message() -> None:
     assert "cap" in comp.message and "downscaled" in comp.message
 
 
+def test_inputs_are_described_as_they_were_decoded(tmp_path: Path) -> None:
+    """Issue 30 item 5: CMYK is converted (no alpha to composite), an animation or a multi-page TIFF says
+    which frame is used, and an elongated strip blames the size cap, not a small size."""
+    Image.new("CMYK", (32, 32), (0, 50, 100, 0)).save(tmp_path / "cmyk.tiff")
+    _, _, note = compare.prepare_input(str(tmp_path / "cmyk.tiff"), compare.MODE_LR, 2)
+    assert note == "input mode CMYK converted to 8-bit RGB"
+    _, _, note = compare.prepare_input(Image.new("RGBA", (32, 32)), compare.MODE_LR, 2)
+    assert note == "input mode RGBA converted to 8-bit RGB (alpha composited on white)"
+    frames = [Image.new("RGB", (32, 32), (i * 80, 0, 0)) for i in range(3)]
+    for name in ("anim.png", "pages.tiff"):
+        frames[0].save(tmp_path / name, save_all=True, append_images=frames[1:])
+        lr, _, note = compare.prepare_input(str(tmp_path / name), compare.MODE_LR, 2)
+        assert note == "the file holds 3 frames or pages: the first is used" and lr[0, 0, 0] == 0
+    strip = Image.new("RGB", (5000, 20))
+    with pytest.raises(ValueError, match=r"too elongated for x4: fitting its 5000x20 to the 1024px cap"):
+        compare.prepare_input(strip, compare.MODE_HR, 4)
+    with pytest.raises(ValueError, match=r"too small for x4: 12x40; use at least 16px per side"):
+        compare.prepare_input(Image.new("RGB", (12, 40)), compare.MODE_HR, 4)
+
+
 def test_user_mistakes_raise_clear_errors(tiny_zoo: str) -> None:
     with pytest.raises(ValueError, match="upload an image"):
         compare.compare(None, "swinir-light", 2, 0.5, ["bicubic"])

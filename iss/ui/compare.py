@@ -255,11 +255,12 @@ def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.nda
     if mode not in MODES:
         raise ValueError(f"unknown input mode {mode!r}; choose one of: {', '.join(MODES)}")
     cap = MAX_SIDE[mode]
-    img, (w, h), source_mode = _decode(image, cap)
-    notes = []
-    if source_mode != "RGB":
-        notes.append(f"input mode {source_mode} converted to 8-bit RGB (alpha composited on white)")
-    if max(w, h) > cap:
+    img, (w, h), source_mode, frames = _decode(image, cap)
+    notes = [_conversion_note(source_mode)] if source_mode != "RGB" else []
+    if frames > 1:
+        notes.append(f"the file holds {frames} frames or pages: the first is used")
+    shrunk = max(w, h) > cap
+    if shrunk:
         notes.append(
             f"input {w}x{h} is above the {cap}px cap for this mode: downscaled (bicubic, antialiased) to "
             f"{img.shape[1]}x{img.shape[0]}"
@@ -268,9 +269,22 @@ def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.nda
         return img, None, "; ".join(notes)
     hr = iss.data.modcrop(img, scale)
     if min(hr.shape[:2]) < 4 * scale:
-        raise ValueError(f"the image is too small for x{scale}: {w}x{h}; use at least {4 * scale}px per side")
+        need = f"at least {4 * scale}px per side"
+        if shrunk:
+            raise ValueError(
+                f"the image is too elongated for x{scale}: fitting its {w}x{h} to the {cap}px cap of this "
+                f"mode leaves {img.shape[1]}x{img.shape[0]}, and HR mode needs {need}; crop it first"
+            )
+        raise ValueError(f"the image is too small for x{scale}: {w}x{h}; use {need}")
     lr = iss.imresize(hr, 1 / scale)
     return lr, hr, "; ".join(notes)
+
+
+def _conversion_note(source_mode: str) -> str:
+    """What decoding did to a non-RGB input, for the status line."""
+    alpha = source_mode in ("RGBA", "LA", "PA", "RGBa", "La")
+    note = f"input mode {source_mode} converted to 8-bit RGB"
+    return note + " (alpha composited on white)" if alpha else note
 
 
 def _decode(image: Any, cap: int) -> iss.data.Decoded:
