@@ -23,7 +23,9 @@ import gradio as gr
 import torch
 
 import iss
-from iss.ui import analysis, compare, gpu, sparsity  # imports ``spaces`` (if installed) before CUDA starts
+
+# iss.ui imports ``spaces`` (if installed) before CUDA starts
+from iss.ui import analysis, compare, cost, gpu, sparsity
 
 TITLE = "ISS-SR: sparse super-resolution with Iterative Soft Shrinkage"
 INTRO = (
@@ -31,6 +33,8 @@ INTRO = (
     "Efficient Image Super-Resolution*), watch ISS-P and IHT prune the same network live, and inspect where "
     "a checkpoint keeps its weights."
 )
+RECENT = compare.RecentComparisons(size=8)  # what slider and zoom reuse: memory bounded whatever the visitors
+EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
 QUEUE_SIZE = 8  # waiting requests per event before new ones are refused: a CPU Space cannot serve more
 LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
 
@@ -107,9 +111,9 @@ class WholeNumber(gr.Number):
 
 
 def _compare_outputs(
-    comp: compare.Comparison, left: str, right: str, box: tuple[int, int, int, int]
+    comp: compare.Comparison, key: str, left: str, right: str, box: tuple[int, int, int, int]
 ) -> tuple:
-    """Component values for a comparison (finished or partial)."""
+    """Component values for a comparison (finished or partial); the session state gets its ``RECENT`` key."""
     choices = compare.pair_choices(comp)
     message = comp.message
     if comp.hr is None:
@@ -123,7 +127,7 @@ def _compare_outputs(
         message,
         gr.update(choices=choices, value=left),
         gr.update(choices=choices, value=right),
-        comp,
+        RECENT.put(key, comp),
     )
 
 
@@ -148,13 +152,16 @@ def _run_compare(
     """
     try:
         path, out_dir = _upload_path(image, cache), str(_download_folder(cache))
+        key = uuid.uuid4().hex
         for comp in gpu_compare(
             path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir
         ):
             left, right = compare.default_pair(comp)
-            yield _compare_outputs(comp, left, right, compare.zoom_box(comp, None, None))
+            yield _compare_outputs(comp, key, left, right, compare.zoom_box(comp, None, None))
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
+    finally:
+        cost.release_memory()
 
 
 NOT_UPLOADED = (
@@ -229,17 +236,26 @@ def _estimate(
     return found.describe() + " Press **Compare**."
 
 
-def _repair(comp: compare.Comparison | None, left: str, right: str) -> Any:
-    """Show another pair in the slider without recomputing."""
-    if comp is None or not left or not right:
-        return gr.update()
-    return compare.slider_pair(comp, left, right)
-
-
-def _zoom(comp: compare.Comparison | None, evt: gr.SelectData) -> tuple:
-    """Move the zoom region to where the user clicked on the overview."""
+def _kept(key: Any) -> compare.Comparison:
+    """The comparison a session's state names; a one-line error once ``RECENT`` has dropped it."""
+    comp = RECENT.get(key)
     if comp is None:
+        raise gr.Error(EXPIRED, print_exception=False)
+    return comp
+
+
+def _repair(key: Any, left: str, right: str) -> Any:
+    """Show another pair in the slider without recomputing."""
+    if key is None or not left or not right:
+        return gr.update()
+    return compare.slider_pair(_kept(key), left, right)
+
+
+def _zoom(key: Any, evt: gr.SelectData) -> tuple:
+    """Move the zoom region to where the user clicked on the overview."""
+    if key is None:
         return gr.update(), gr.update()
+    comp = _kept(key)
     x, y = evt.index
     box = compare.zoom_box(comp, x, y)
     return compare.overview(comp, box), compare.zoom_grid(comp, box)
@@ -411,6 +427,8 @@ def _train(
         )  # fmt: skip
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
+    finally:  # ended, stopped or cancelled: the two runs' models, Adam states and activations go back
+        cost.release_memory()
 
 
 def _arm() -> threading.Event:

@@ -205,14 +205,16 @@ def locate(
     cache_dir: str | os.PathLike | None = None,
     endpoint: str | None = None,
     token: str | None = None,
+    warn: bool = True,
 ) -> Resolved:
     """Download ``entry`` from the Hub (or its cache), else fall back to the bundled copy, and verify it.
 
     ``local_dir`` is the folder of bundled copies (default: the manifest's folder); ``offline`` defaults to
     ``HF_HUB_OFFLINE``; ``timeout`` bounds the wait for the Hub (default ``HF_HUB_ETAG_TIMEOUT``, 10 s); the
     body transfer follows ``HF_HUB_DOWNLOAD_TIMEOUT``. A Hub copy whose size or sha256 differs from the
-    manifest is moved out of the Hub cache and the bundled copy used; raises ``ValueError`` when the bundled
-    copy differs too, ``FileNotFoundError`` (with the reason) when there is no good copy at all.
+    manifest is moved out of the Hub cache and the bundled copy used (a logged warning says why, unless
+    ``warn`` is False); raises ``ValueError`` when the bundled copy differs too, ``FileNotFoundError`` (with
+    the reason) when there is no good copy at all.
     """
     if entry.hub is None:
         reason = "the manifest names no Hub location"
@@ -233,8 +235,8 @@ def locate(
             except ValueError as e:  # a corrupt or tampered download: refused, and moved aside
                 reason = str(e).removeprefix(f"refusing checkpoint {entry.name}: ")
                 reason = f"{reason}; {_quarantine(path, entry)}"
-                return replace(_bundled(entry, reason, local_dir), refused=reason)
-    return _bundled(entry, reason, local_dir)
+                return replace(_bundled(entry, reason, local_dir, warn), refused=reason)
+    return _bundled(entry, reason, local_dir, warn)
 
 
 def locate_all(
@@ -245,31 +247,58 @@ def locate_all(
     result is the ``Resolved`` or the exception ``locate`` raised for that entry."""
     timeout = constants.HF_HUB_ETAG_TIMEOUT if timeout is None else timeout
     pool = ThreadPoolExecutor(max_workers=max(1, len(entries)), thread_name_prefix="iss-zoo")
-    futures = [pool.submit(locate, entry, timeout=timeout, **options) for entry in entries]
+    futures = [pool.submit(locate, entry, timeout=timeout, warn=False, **options) for entry in entries]
     wait(futures, timeout=timeout)
     pool.shutdown(wait=False)  # a download still running finishes in the background, unused
-    return [
+    found = [
         (future.exception() or future.result()) if future.done() else _late(entry, timeout, options)
         for entry, future in zip(entries, futures, strict=True)
     ]
+    _warn_fallbacks(entries, found)
+    return found
+
+
+def _warn_fallbacks(entries: Sequence[ZooEntry], found: Sequence[Resolved | Exception]) -> None:
+    """One logged warning per distinct reason for using bundled copies (an unreachable Hub: one line, not
+    one per checkpoint)."""
+    reasons: dict[str, list[str]] = {}
+    for entry, result in zip(entries, found, strict=True):
+        if isinstance(result, Resolved) and result.source == "bundled":
+            reasons.setdefault(_generic(result.detail, entry), []).append(entry.name)
+    for reason, names in reasons.items():
+        if len(names) == 1:
+            log.warning("checkpoint %s: %s; using the bundled copy", names[0], reason)
+        else:
+            log.warning("%d checkpoints: %s; using the bundled copies", len(names), reason)
+
+
+def _generic(reason: str, entry: ZooEntry) -> str:
+    """``reason`` without the entry's own Hub location, so that the same fault reads the same for all."""
+    if entry.hub is None:
+        return reason
+    return reason.replace(f" of {entry.hub.repo_id}/{entry.hub.filename}@{entry.hub.revision}", "")
 
 
 def _late(entry: ZooEntry, timeout: float, options: dict[str, Any]) -> Resolved | Exception:
     """The bundled copy of an entry the Hub did not deliver in time, or the error saying why there is none."""
     try:
-        return _bundled(entry, f"the Hub did not deliver it within {timeout:g} s", options.get("local_dir"))
+        reason = f"the Hub did not deliver it within {timeout:g} s"
+        return _bundled(entry, reason, options.get("local_dir"), warn=False)
     except (FileNotFoundError, ValueError) as e:
         return e
 
 
-def _bundled(entry: ZooEntry, reason: str, local_dir: str | os.PathLike | None) -> Resolved:
-    """The verified bundled copy of ``entry``, used because of ``reason`` (logged as a warning)."""
+def _bundled(
+    entry: ZooEntry, reason: str, local_dir: str | os.PathLike | None, warn: bool = True
+) -> Resolved:
+    """The verified bundled copy of ``entry``, used because of ``reason`` (a logged warning if ``warn``)."""
     bundled = Path(local_dir) / entry.file if local_dir is not None else entry.bundled
     if not bundled.is_file():
         raise FileNotFoundError(
             f"checkpoint {entry.name} is unavailable: {reason}, and there is no bundled copy at {bundled}"
         )  # fmt: skip
-    log.warning("checkpoint %s: %s; using the bundled copy %s", entry.name, reason, bundled)
+    if warn:
+        log.warning("checkpoint %s: %s; using the bundled copy %s", entry.name, reason, bundled)
     verify(bundled, entry, origin="bundled copy")
     return Resolved(bundled, "bundled", reason)
 

@@ -133,6 +133,22 @@ def test_upscale_returns_pngs_and_a_table(client, zoo_path: str, scale) -> None:
     assert "swinir-light x4" in status and "2 method(s) ran" in status
 
 
+def test_sessions_keep_keys_and_the_app_keeps_a_bounded_number_of_comparisons(app_url: str) -> None:
+    """Issue 30 item 2: new sessions beyond ``RECENT.size`` do not grow what the server keeps."""
+    from gradio_client import Client, handle_file
+
+    app = _load_app()
+    image = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))
+    for _ in range(app.RECENT.size + 3):
+        client = Client(app_url, verbose=False, download_files=False)
+        client.predict(
+            image, "swinir-light", 4, None, ["bicubic"], compare.MODE_LR, False, api_name="/upscale"
+        )
+    assert len(app.RECENT) == app.RECENT.size
+    with pytest.raises(gradio.Error, match="no longer kept"):
+        app._kept("a key that was dropped")
+
+
 def test_upscale_at_a_scale_without_checkpoints_says_so(client, zoo_path: str) -> None:
     from gradio_client import handle_file
 
@@ -402,7 +418,7 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
             page.locator("input[type=file]").first.set_input_files(
                 str(compare.EXAMPLES_DIR / "launch_towers.png")
             )
-            page.get_by_text("Expected: about").first.wait_for(timeout=120_000)  # before running
+            page.get_by_text("Expected: ").first.wait_for(timeout=120_000)  # before running
             page.get_by_role("button", name="Compare", exact=True).click()
             page.get_by_text("method(s) ran").first.wait_for(timeout=120_000)
             assert page.locator("#zoom-gallery .thumbnail-item").count() == 4  # HR, LR, bicubic, iss-p

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from common import TINY_ARCHS
@@ -69,5 +71,22 @@ def test_speed_priors_then_measurements(monkeypatch: pytest.MonkeyPatch) -> None
 def test_memory_budget_and_formats() -> None:
     assert 0 < cost.memory_budget("cpu") <= 4 << 30
     assert cost.format_seconds(3.21) == "3.2 s" and cost.format_seconds(200) == "3.3 min"
-    assert cost.format_seconds(0.004) == "under 0.1 s"
+    assert cost.format_seconds(0.004) == "under 0.1 s" == cost.approximately(0.004)
+    assert cost.approximately(3.21) == "about 3.2 s"
     assert cost.format_bytes(2.5e9) == "2.5 GB" and cost.format_bytes(3.4e8) == "340 MB"
+
+
+@pytest.mark.skipif(cost._LIBC is None, reason="malloc_trim is glibc's")
+def test_release_memory_gives_freed_heap_back() -> None:
+    """Issue 30 item 3: what a run freed leaves the process's RSS, not only Python's objects."""
+
+    def rss() -> int:
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("VmRSS:")).split()[1]) * 1024
+
+    base = rss()
+    blocks = [torch.ones(16_000) for _ in range(4000)]  # 64 KB each: from glibc's heap, not mmap
+    assert rss() - base > 200e6
+    del blocks
+    cost.release_memory()
+    assert rss() - base < 50e6

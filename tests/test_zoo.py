@@ -313,6 +313,18 @@ def test_locate_all_bounds_a_slow_hub_in_total(tmp_path: Path, fakehub: FakeHub)
     assert [f.source for f in zoo.locate_all(entries, endpoint=fakehub.url, timeout=5.0)] == ["hub"] * 4
 
 
+def test_an_unreachable_hub_is_one_warning_not_one_per_checkpoint(tmp_path: Path, caplog) -> None:
+    """Issue 27 item 10: every entry falls back for the same reason: one line says so."""
+    files = {name: f"weights {name}".encode() for name in "abc"}
+    entries = zoo.load_zoo(make_zoo(tmp_path, files))
+    with caplog.at_level("WARNING", logger="iss.zoo"):
+        found = zoo.locate_all(entries, endpoint="http://127.0.0.1:9", timeout=5.0)  # nothing listens
+    assert [f.source for f in found] == ["bundled"] * 3
+    lines = [r.getMessage() for r in caplog.records if r.name == "iss.zoo"]
+    assert len(lines) == 1 and lines[0].startswith("3 checkpoints: Hub download failed: ConnectError")
+    assert lines[0].endswith("using the bundled copies")
+
+
 # -------------------------------------------------------------------------------------------- (c) publishing
 
 

@@ -282,9 +282,9 @@ class LivePlan:
         text = (
             f"**Expected on this {where}**: {self.arch} x{self.scale}, batch {self.batch}, "
             f"LR patch {self.patch}: "
-            f"first plot after about {cost.format_seconds(self.first_update_seconds)}, then "
+            f"first plot after {cost.approximately(self.first_update_seconds)}, then "
             f"{cost.format_seconds(self.seconds_per_iteration)} per iteration of both runs "
-            f"({self.iterations} iterations: about {cost.format_seconds(total)}); memory about "
+            f"({self.iterations} iterations: {cost.approximately(total)}); memory about "
             f"{cost.format_bytes(self.memory_bytes)} (bound {cost.format_bytes(self.budget_bytes)})."
         )
         if total > MAX_LIVE_SECONDS:
@@ -336,29 +336,32 @@ def plan_live_run(
         notes.append(f"Iterations capped at {cap} (asked for {iterations}).")
         iterations = cap
     budget = cost.memory_budget(device)
-    traced = cost.trace(arch, scale, patch, patch, arch_kwargs=arch_kwargs)
     speed = cost.gflops("train", arch, device) * 1e9
 
     def flops(b: int, p: int) -> float:
-        """FLOPs of one iteration of both runs at batch ``b`` and LR patch ``p`` (cost ~ pixels)."""
-        return len(RUNS) * b * (p / patch) ** 2 * (traced.forward_flops + traced.backward_flops)
+        """FLOPs of one iteration of both runs at batch ``b`` and LR patch ``p``."""
+        traced = cost.trace(arch, scale, p, p, arch_kwargs=arch_kwargs)
+        return len(RUNS) * b * (traced.forward_flops + traced.backward_flops)
 
     def estimate(b: int, p: int) -> tuple[float, float]:
-        """(bytes, seconds per iteration of both runs) at batch ``b`` and LR patch ``p``."""
+        """(bytes, seconds per iteration of both runs) at batch ``b`` and LR patch ``p``, traced at ``p``:
+        windowed attention pads the patch, so cost does not follow its pixels (CAT-R costs as much at 56
+        as at 64)."""
+        traced = cost.trace(arch, scale, p, p, arch_kwargs=arch_kwargs)
         weights = len(RUNS) * traced.parameters * cost.BYTES_PER_PARAMETER
-        activations = b * (p / patch) ** 2 * traced.saved_bytes * cost.ACTIVATION_OVERHEAD
+        activations = b * traced.saved_bytes * cost.ACTIVATION_OVERHEAD
         return cost.RUN_OVERHEAD + weights + activations, flops(b, p) / speed
 
     sizes = [(b, patch) for b in range(batch, 0, -1)] + [(1, p) for p in range(patch - 8, 7, -8)]
-    fits = [(b, p) for b, p in sizes if _fits(estimate(b, p), budget)]
-    if not fits:
+    fits = next(((b, p) for b, p in sizes if _fits(estimate(b, p), budget)), None)  # traces what it tries
+    if fits is None:
         memory, seconds = estimate(1, 8)
         raise ValueError(
             f"{arch} x{scale} is too big for a live run here even at batch 1 and LR patch 8: about "
             f"{cost.format_bytes(memory)} (bound {cost.format_bytes(budget)}) and "
             f"{cost.format_seconds(seconds)} per iteration (bound {MAX_ITERATION_SECONDS:.0f} s)"
         )
-    new_batch, new_patch = fits[0]
+    new_batch, new_patch = fits
     if (new_batch, new_patch) != (batch, patch):
         memory, seconds = estimate(batch, patch)
         notes.append(
@@ -368,7 +371,8 @@ def plan_live_run(
             f"(bounds: {cost.format_bytes(budget)}, {MAX_ITERATION_SECONDS:.0f} s per iteration)."
         )
     memory, seconds = estimate(new_batch, new_patch)
-    validation = len(RUNS) * traced.forward_flops / patch**2 * (VALIDATION_SIZE / scale) ** 2
+    traced = cost.trace(arch, scale, new_patch, new_patch, arch_kwargs=arch_kwargs)
+    validation = len(RUNS) * traced.forward_flops / new_patch**2 * (VALIDATION_SIZE / scale) ** 2
     validation_seconds = validation / (cost.gflops("dense", arch, device) * 1e9)
     first = cost.setup_seconds(arch, device) + seconds + validation_seconds
     return LivePlan(

@@ -16,7 +16,9 @@ import math
 import os
 import re
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -227,7 +229,7 @@ def kept_weights(model: nn.Module) -> tuple[int, int]:
 
 @dataclass
 class Comparison:
-    """The result of one comparison, kept in the session state to re-pair and re-zoom without rerunning."""
+    """One comparison's result, kept in ``RecentComparisons`` to re-pair and re-zoom it without a rerun."""
 
     lr: np.ndarray
     hr: np.ndarray | None
@@ -242,6 +244,33 @@ class Comparison:
         h, w = next(iter(self.results.values())).shape[:2]
         out[LR_LABEL] = np.asarray(Image.fromarray(self.lr).resize((w, h), Image.NEAREST))
         return {**out, **self.results}
+
+
+class RecentComparisons:
+    """The last ``size`` comparisons by key, shared by every session: a session keeps only its key, so the
+    memory held stays bounded by ``size`` comparisons however many visitors come and go."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._items: OrderedDict[str, Comparison] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, key: str, comp: Comparison) -> str:
+        """Keep ``comp`` under ``key`` (the newest), dropping the oldest beyond ``size``; returns ``key``."""
+        with self._lock:
+            self._items[key] = comp
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return key
+
+    def get(self, key: Any) -> Comparison | None:
+        """The comparison kept under ``key``, or None once it has been dropped (or for any other value)."""
+        with self._lock:
+            return self._items.get(key) if isinstance(key, str) else None
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.ndarray | None, str]:
@@ -351,7 +380,7 @@ class Estimate:
         total = sum(self.seconds.values())
         slowest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:3]
         parts = ", ".join(f"{name} {cost.format_seconds(t)}" for name, t in slowest if t >= 0.05)
-        text = f"**Expected: about {cost.format_seconds(total)}** for LR {w}x{h} to {w * scale}x{h * scale}"
+        text = f"**Expected: {cost.approximately(total)}** for LR {w}x{h} to {w * scale}x{h * scale}"
         return " ".join([text + (f" ({parts})." if parts else "."), self.note]).strip()
 
 
@@ -399,7 +428,7 @@ def _bounded(
         if hr is not None:
             hr = np.ascontiguousarray(hr[y0 * scale : (y0 + ch) * scale, x0 * scale : (x0 + cw) * scale])
         note = (
-            f"⚠️ The whole LR input ({w}x{h}) would take about {cost.format_seconds(total)} with these "
+            f"⚠️ The whole LR input ({w}x{h}) would take {cost.approximately(total)} with these "
             f"methods, over the {MAX_SECONDS:.0f} s bound: cropped to its central {cw}x{ch}. Fewer or faster "
             "methods "
             "(or sparse kernels on the CPU) leave room for more."

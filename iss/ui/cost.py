@@ -9,7 +9,9 @@ machine's speed per backbone, plus the time to build a live run: priors measured
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import gc
 import json
 import os
 import threading
@@ -145,6 +147,26 @@ def memory_budget(device: str) -> int:
     return int(min(physical // 4, 4 << 30))
 
 
+def release_memory() -> None:
+    """Give what a finished run freed back to the system: glibc keeps freed blocks in its heap, so without
+    ``malloc_trim`` a server's RSS stays at the peak of its largest run (a no-op where there is no glibc)."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> Any:
+    """glibc, where this process runs on it (it has ``malloc_trim``), else None."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _glibc()
+
+
 def format_seconds(seconds: float) -> str:
     """``under 0.1 s``, ``0.4 s``, ``12 s``, ``3.5 min``, ``1.2 h``: a duration as a person reads it."""
     if seconds < 0.1:
@@ -156,6 +178,12 @@ def format_seconds(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def approximately(seconds: float) -> str:
+    """``about 3.5 min``, or ``under 0.1 s`` (never "about under")."""
+    text = format_seconds(seconds)
+    return text if text.startswith("under") else f"about {text}"
 
 
 def format_bytes(count: float) -> str:
