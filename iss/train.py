@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import random
 import sys
 import time
@@ -337,6 +338,10 @@ def train(
     ddp = _init_distributed("cuda" if cuda else "cpu")
     device = _resolve_device(config, ddp)
     config = dataclasses.replace(config, amp=device.type == "cuda" if config.amp is None else config.amp)
+    speeds = None
+    if config.pick_mode and device.type == "cpu":
+        speeds = mode_speeds(config)
+        config = dataclasses.replace(config, **fastest_mode(speeds))
 
     _seed_everything(config.seed)
     model = archs.build(config.arch, config.scale, **config.arch_kwargs)
@@ -356,7 +361,8 @@ def train(
         out.mkdir(parents=True, exist_ok=True)
         _truncate_log(out / "log.jsonl", start)
         log = (out / "log.jsonl").open("a")
-        _log(log, {"event": "resume" if start else "start", "iteration": start, "config": config.to_dict()})
+        record = {"event": "resume" if start else "start", "iteration": start, "config": config.to_dict()}
+        _log(log, record | ({"mode_speeds": speeds} if speeds else {}))
     began = time.perf_counter()
     iteration = start
     try:
@@ -408,6 +414,80 @@ def train(
     finally:
         if log:
             log.close()
+
+
+# ------------------------------------------------------------------------------------- picking the fast path
+
+MODES = ((False, False), (True, False), (False, True), (True, True))  # (bf16 autocast, torch.compile)
+MIN_GAIN = 1.1  # bf16 or compile must be this much faster than eager fp32 (the official path) to be taken
+
+
+def precision(config: TrainConfig) -> str:
+    """``eager fp32``, ``compiled bf16``...: how a run computes (master weights and Adam stay fp32)."""
+    return f"{'compiled' if config.compile else 'eager'} {'bf16' if config.amp else 'fp32'}"
+
+
+def mode_speeds(config: TrainConfig, seconds: float = 4.0) -> dict[str, float]:
+    """Training steps per second of each of ``MODES`` for this run's backbone, method, batch and LR patch on
+    this CPU, measured once per CPU, torch version, shape and thread count (cached in ``cache_dir()``):
+    the CPUs this project trains on differ from day to day (bf16 pays on AVX512_BF16/AMX, not on AVX2)."""
+    from iss.data import cache_dir
+
+    path = cache_dir() / "train_modes.json"
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    shape = [config.arch, config.arch_kwargs, config.scale, config.method, config.batch, config.patch]
+    key = json.dumps([cpu_signature(), torch.__version__, torch.get_num_threads(), *shape])
+    if key not in known:
+        found = {}
+        for amp, compiled in MODES:
+            mode = dataclasses.replace(config, amp=amp, compile=compiled)
+            found[precision(mode)] = round(_steps_per_second(mode, seconds), 3)
+        known = json.loads(path.read_text()) if path.is_file() else {}  # another run may have written
+        known[key] = found
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        os.replace(tmp, path)
+    return known[key]
+
+
+def fastest_mode(speeds: dict[str, float]) -> dict[str, bool]:
+    """``amp`` and ``compile`` of the fastest mode, eager fp32 unless another gains ``MIN_GAIN``."""
+    best = max(speeds, key=speeds.__getitem__)
+    if speeds[best] < MIN_GAIN * speeds["eager fp32"]:
+        best = "eager fp32"
+    return {"amp": best.endswith("bf16"), "compile": best.startswith("compiled")}
+
+
+def _steps_per_second(config: TrainConfig, seconds: float) -> float:
+    """Steps per second of ``config``'s model and pruner on random patches, after three untimed steps
+    (which include compiling); the global RNG is left as it was."""
+    from iss import archs, pruning
+
+    with torch.random.fork_rng(devices=[]):
+        model = archs.build(config.arch, config.scale, **config.arch_kwargs)
+        pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
+        trainer = Trainer(torch.compile(model) if config.compile else model, pruner, config)
+        lr = torch.rand(config.batch, 3, config.patch, config.patch)
+        hr = torch.rand(config.batch, 3, config.patch * config.scale, config.patch * config.scale)
+        for _ in range(3):
+            trainer.step(lr, hr)
+        steps, began = 0, time.perf_counter()
+        while steps < 3 or time.perf_counter() - began < seconds:
+            trainer.step(lr, hr)
+            steps += 1
+        return steps / (time.perf_counter() - began)
+
+
+def cpu_signature() -> str:
+    """The CPU model and the vector extensions that decide which mode is fastest."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in lines if ":" in line)}
+    model = fields.get("model name", platform.processor() or "cpu")  # the last CPU's lines: all alike
+    flags = set(fields.get("flags", "").split())
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    return " ".join([model, *(flag for flag in wanted if flag in flags)])
 
 
 def _truncate_log(path: Path, iteration: int) -> None:
@@ -487,6 +567,7 @@ def _validation_samples(config: TrainConfig) -> list:
 def _check_same_run(config: TrainConfig, saved: dict[str, Any], path: Path) -> None:
     """Refuse to resume a state written by a different configuration (only iters/logging may change)."""
     free = {
+        *(("amp", "compile") if config.pick_mode else ()),  # measured again on the machine it resumes on
         "iters",
         "val_every",
         "save_every",
@@ -548,7 +629,7 @@ def _save_checkpoint(
         "data": _data_label(config.train_data),
         "metrics": {"val_psnr": val_psnr} if val_psnr is not None else {},
         "budget": {"iterations": iteration, "prune_iters": pruner.prune_iters, "batch": config.batch,
-                   "patch": config.patch, "seed": config.seed},
+                   "patch": config.patch, "seed": config.seed, "precision": precision(config)},
     }  # fmt: skip
     masks = pruner.masks if pruner.stage == "finetune" else None
     return checkpoint.save(model, out / "model.safetensors", meta, masks, dtype=config.checkpoint_dtype)
@@ -603,7 +684,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 (CUDA default)"
     )
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument(
+        "--pick-mode", action="store_true",
+        help="CPU: measure eager/compiled x fp32/bf16 at this batch and patch, train with the fastest",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument(
@@ -623,7 +708,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         "log_every": args.log_every, "mask_check_every": args.mask_check_every,
         "out": args.out, "seed": args.seed, "device": args.device, "amp": args.amp, "compile": args.compile,
         "workers": args.workers, "threads": args.threads, "val_data": args.val_data,
-        "schedule": args.schedule, "warmup": args.warmup,
+        "schedule": args.schedule, "warmup": args.warmup, "pick_mode": args.pick_mode,
         "train_data": tuple(d for d in args.train_data.split(",") if d),
         "arch_kwargs": _json_arg(args.arch_kwargs, "--arch-kwargs"),
         "pruner_options": _json_arg(args.pruner_options, "--pruner-options"),

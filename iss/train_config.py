@@ -62,6 +62,7 @@ class TrainConfig:
     device: str = "auto"  # auto: cuda when available
     amp: bool | None = None  # bf16 autocast; None: on for CUDA, off on CPU
     compile: bool = False
+    pick_mode: bool = False  # CPU: measure eager/compiled x fp32/bf16 first, train with the fastest
     workers: int = 0
     threads: int | None = None
     arch_kwargs: dict[str, Any] = field(default_factory=dict)

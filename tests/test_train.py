@@ -469,3 +469,63 @@ def test_periodic_validation_on_set5(stand_ins: dict, benchmarks: Path, tmp_path
     assert events[0].val_psnr is None and 5.0 < events[1].val_psnr < 40.0
     last = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[-1])
     assert last["val_psnr"] == events[1].val_psnr
+
+
+def test_fastest_mode_takes_bf16_or_compile_only_where_they_pay() -> None:
+    speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 6.5, "compiled bf16": 12.0}
+    assert train_mod.fastest_mode(speeds) == {"amp": True, "compile": True}
+    assert train_mod.fastest_mode(speeds | {"compiled bf16": 6.4, "eager bf16": 6.5}) == {
+        "amp": False, "compile": False,
+    }  # fmt: skip
+    assert train_mod.fastest_mode(speeds | {"compiled bf16": 7.0}) == {"amp": True, "compile": False}
+
+
+def test_mode_speeds_are_measured_once_per_machine_and_shape(
+    stand_ins: dict, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def measure(config: TrainConfig, seconds: float) -> float:
+        calls.append(train_mod.precision(config))
+        return {"eager fp32": 6.0, "eager bf16": 9.0}.get(calls[-1], 5.0)
+
+    monkeypatch.setattr(train_mod, "_steps_per_second", measure)
+    config = _config(tmp_path, stand_ins)
+    speeds = train_mod.mode_speeds(config)
+    assert calls == ["eager fp32", "eager bf16", "compiled fp32", "compiled bf16"]
+    assert train_mod.mode_speeds(config) == speeds and len(calls) == 4  # cached
+    train_mod.mode_speeds(dataclasses.replace(config, batch=3))
+    assert len(calls) == 8  # another shape is measured again
+    assert (
+        "AMD" in train_mod.cpu_signature()
+        or "Intel" in train_mod.cpu_signature()
+        or train_mod.cpu_signature()
+    )
+
+
+def test_a_real_probe_times_steps_and_leaves_the_rng_alone(stand_ins: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, stand_ins)
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    assert train_mod._steps_per_second(dataclasses.replace(config, amp=True), seconds=0.05) > 0
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_pick_mode_trains_with_the_fastest_and_records_it(
+    stand_ins: dict, tmp_path: Path, monkeypatch
+) -> None:
+    from iss import checkpoint
+
+    speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 6.1, "compiled bf16": 8.0}
+    monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds)
+    config = _config(tmp_path, stand_ins, pick_mode=True, iters=3)
+    events = list(train_mod.train(config))
+    start = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[0])
+    assert start["config"]["amp"] is True and start["config"]["compile"] is False
+    assert start["mode_speeds"] == speeds
+    assert checkpoint.read_meta(events[-1].checkpoint)["budget"]["precision"] == "eager bf16"
+    monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds | {"eager bf16": 1.0})
+    resumed = list(train_mod.train(dataclasses.replace(config, iters=5), resume=True))  # another machine
+    assert resumed[-1].iteration == 5
