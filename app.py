@@ -270,7 +270,7 @@ def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tupl
         gr.update(choices=found, value=ratio),
         gr.update(choices=methods, value=methods),
         compare.availability(backbone, int(scale), zoo_path),
-        compare.sparse_by_default(backbone),
+        iss.speed.sparse_by_default(backbone, compare.default_device()),
     )
 
 
@@ -317,7 +317,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 compare.all_methods(zoo_path), value=methods0, label="Methods to compare"
             )  # every method the zoo has (what the API accepts); narrowed to this backbone's on load
             sparse = gr.Checkbox(
-                compare.sparse_by_default(arch0),
+                iss.speed.sparse_by_default(arch0, compare.default_device()),
                 label="Sparse kernels (iss.sparsify)",
                 info=compare.sparse_kernel_note(),
             )

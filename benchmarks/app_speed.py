@@ -1,4 +1,4 @@
-"""Measure this machine's speed per backbone for the app's time estimates and write ``iss/ui/speed.json``.
+"""Measure this machine's speed per backbone for the app's time estimates and write ``iss/speed.json``.
 
 For every registered backbone: one training step of one run (the default live-run step: x2, batch 4, LR
 patch 16, ISS-P, Adam), x4 inference on a 64x64 LR input, dense and through ``iss.sparsify`` (95% of each
@@ -6,7 +6,7 @@ layer's weights zeroed by the scratch pruner), each the median of ``--reps`` tim
 the seconds to build both runs of a live run (models, masks, optimizers).
 Speeds are GFLOP/s of the FLOPs ``iss.ui.cost.trace`` counts, so the app can scale them to any input size::
 
-    python benchmarks/app_speed.py --threads 2 [--out iss/ui/speed.json]
+    python benchmarks/app_speed.py --threads 2 [--out iss/speed.json]
 """
 
 from __future__ import annotations
@@ -74,21 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--archs", default=",".join(iss.archs.list_archs()))
-    p.add_argument("--out", type=Path, default=cost.SPEED_FILE)
+    p.add_argument("--out", type=Path, default=iss.speed.SPEED_FILE)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = round(os.getloadavg()[0], 1)
-    speeds: dict[str, dict[str, float]] = {kind: {} for kind in (*cost.KINDS, cost.SETUP)}
+    speeds: dict[str, dict[str, float]] = {kind: {} for kind in (*iss.speed.KINDS, iss.speed.SETUP)}
     for arch in args.archs.split(","):
         speeds["train"][arch] = round(train_speed(arch, args.reps), 1)
         dense, sparse = inference_speeds(arch, args.reps)
         speeds["dense"][arch], speeds["sparse"][arch] = round(dense, 1), round(sparse, 1)
-        speeds[cost.SETUP][arch] = round(setup_seconds(arch, min(args.reps, 2)), 1)
+        speeds[iss.speed.SETUP][arch] = round(setup_seconds(arch, min(args.reps, 2)), 1)
         print(arch, {kind: table[arch] for kind, table in speeds.items()}, flush=True)
-    for kind in cost.KINDS:  # unknown backbones: the slowest measured, so estimates err on the long side
+    for kind in iss.speed.KINDS:  # unknown backbones: the slowest measured, so estimates err on the long side
         speeds[kind]["default"] = min(speeds[kind].values())
-    speeds[cost.SETUP]["default"] = max(speeds[cost.SETUP].values())
+    speeds[iss.speed.SETUP]["default"] = max(speeds[iss.speed.SETUP].values())
     record = {
         "command": "python benchmarks/app_speed.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",

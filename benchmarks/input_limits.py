@@ -30,7 +30,7 @@ from PIL import Image
 from iss.ui import compare
 
 ROOT = Path(__file__).resolve().parents[1]
-WIDTH, HEIGHT = 8640, 5786  # 49,991,040 pixels: just under compare.MAX_PIXELS
+WIDTH, HEIGHT = 8640, 5786  # 49,991,040 pixels: just under iss.data.MAX_PIXELS
 
 
 def _smooth(channels: int, noise: int = 2, noisy: int = 3, seed: int = 0) -> np.ndarray:

@@ -14,6 +14,7 @@ COMMANDS = {
     "eval": ("iss.evaluate", "evaluate bicubic, an architecture or a checkpoint on benchmark sets"),
     "train": ("iss.train", "train a sparse SR network with a pruning method"),
     "zoo": ("iss.zoo", "list, fetch, publish or train the checkpoint zoo"),
+    "upscale": ("iss.pretrained", "upscale image files, folders or globs with a zoo model or a checkpoint"),
 }
 
 

@@ -29,6 +29,7 @@ from torch.utils.data import Dataset
 __all__ = [
     "BENCHMARKS",
     "FORMATS",
+    "MAX_PIXELS",
     "BenchmarkSet",
     "Decoded",
     "DevicePatches",
@@ -72,6 +73,7 @@ class Decoded(NamedTuple):
 # --------------------------------------------------------------------------------------------------- loading
 
 FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "PPM")  # the decoders Pillow may use (PPM covers PGM/PBM)
+MAX_PIXELS = 50_000_000  # user images above this are refused from their header (app, iss.upscale): ~300 MB
 _SNIFF = {b"%pdf": "a PDF document", b"<svg": "an SVG drawing", b"<?xml": "an XML/SVG file",
           b"<!doctype html": "an HTML page", b"<html": "an HTML page", b"gif8": "a GIF"}  # fmt: skip
 _TRANSPOSE = {  # EXIF orientation -> the array operation that displays the image upright

@@ -18,13 +18,22 @@ from torch import nn
 
 from .data import to_rgb_uint8, to_tensor, to_uint8
 
-__all__ = ["AUTO_TILE", "AUTO_TILE_PIXELS", "Upscaler", "bicubic_upscaler", "model_upscaler", "upscale"]
+__all__ = [
+    "AUTO_TILE",
+    "AUTO_TILE_PIXELS",
+    "OVERLAP",
+    "Upscaler",
+    "bicubic_upscaler",
+    "model_upscaler",
+    "upscale",
+]
 
 Upscaler = Callable[[np.ndarray], np.ndarray]
 """uint8 HxWx3 LR in, uint8 (sH)x(sW)x3 SR out: what :func:`iss.evaluate.evaluate` and the app call."""
 
 AUTO_TILE_PIXELS = 640 * 640  # LR images above this many pixels are tiled even when ``tile`` is None
 AUTO_TILE = 256  # tile size used then (a multiple of the SwinIR window 8 and the CAT split 16)
+OVERLAP = 32  # LR pixels neighbouring tiles share by default (a tile must be larger)
 
 
 def upscale(
@@ -32,7 +41,7 @@ def upscale(
     img: np.ndarray,
     *,
     tile: int | None = None,
-    overlap: int = 32,
+    overlap: int = OVERLAP,
     device: str | torch.device | None = None,
 ) -> np.ndarray:
     """Super-resolve one image: uint8 HxWx3 in, uint8 HxWx3 out (clamped and rounded).
@@ -58,7 +67,7 @@ def upscale(
     return to_uint8(out)
 
 
-def forward_tiled(model: nn.Module, x: torch.Tensor, *, tile: int, overlap: int = 32) -> torch.Tensor:
+def forward_tiled(model: nn.Module, x: torch.Tensor, *, tile: int, overlap: int = OVERLAP) -> torch.Tensor:
     """``model(x)`` for a 1xCxHxW tensor computed tile by tile; the float result is assembled on the CPU."""
     if tile < 1 or overlap < 0 or overlap >= tile:
         raise ValueError(f"need tile > overlap >= 0, got tile={tile}, overlap={overlap}")
@@ -104,7 +113,11 @@ def _model_device(model: nn.Module) -> torch.device:
 
 
 def model_upscaler(
-    model: nn.Module, *, tile: int | None = None, overlap: int = 32, device: str | torch.device | None = None
+    model: nn.Module,
+    *,
+    tile: int | None = None,
+    overlap: int = OVERLAP,
+    device: str | torch.device | None = None,
 ) -> Upscaler:
     """An :data:`Upscaler` running ``model`` through :func:`upscale` with fixed tiling and device."""
 

@@ -127,7 +127,7 @@ def test_bad_settings_get_a_clear_message(field: str, value, message: str) -> No
 
 
 def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(analysis.cost, "gflops", lambda kind, arch, device: 50.0)
+    monkeypatch.setattr(iss.speed, "gflops", lambda kind, arch, device: 50.0)
     plan = analysis.plan_live_run("edsr-l", 4, 100, 64, 32, device="cpu")  # issue 17: 7.8 GB and counting
     assert (plan.batch, plan.patch) != (32, 64) and plan.memory_bytes <= plan.budget_bytes
     assert plan.seconds_per_iteration <= analysis.MAX_ITERATION_SECONDS
@@ -149,7 +149,7 @@ def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The factory's CPU recording (SwinIR-light x4, 0.95, K_p 3,000): the app starts from its last state."""
-    monkeypatch.setattr(analysis.cost, "gflops", lambda kind, arch, device: 50.0)
+    monkeypatch.setattr(iss.speed, "gflops", lambda kind, arch, device: 50.0)
     start = analysis.default_start()
     assert start == "swinir-light_x4_r0.95_cpu @ 2250"
     settings = analysis.start_settings(start)

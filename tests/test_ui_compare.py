@@ -228,14 +228,6 @@ def test_estimate_and_time_bound_crop_the_input(tiny_zoo: str, monkeypatch: pyte
     )
 
 
-def test_sparse_kernels_are_the_default_where_measured_faster(monkeypatch: pytest.MonkeyPatch) -> None:
-    speeds = {"dense": 10.0, "sparse": 20.0}
-    monkeypatch.setattr(compare.cost, "gflops", lambda kind, arch, device: speeds[kind])
-    assert compare.sparse_by_default("edsr-l", "cpu") and not compare.sparse_by_default("edsr-l", "cuda")
-    speeds["sparse"] = 5.0
-    assert not compare.sparse_by_default("edsr-l", "cpu")
-
-
 METHODS = ("iht", "iss-p", "l1", "scratch")
 
 

@@ -1,4 +1,4 @@
-"""What live runs and comparisons cost before they run: FLOPs and activations traced on ``meta``, speeds."""
+"""What live runs and comparisons cost before they run: FLOPs and activations traced on ``meta``, formats."""
 
 from __future__ import annotations
 
@@ -51,21 +51,6 @@ def test_training_trace_scales_with_pixels() -> None:
 def test_every_backbone_traces(arch: str) -> None:
     traced = cost.trace(arch, 4, 16, 16, arch_kwargs=TINY_ARCHS[arch])
     assert traced.forward_flops > 0 and traced.saved_bytes > 0 and traced.parameters > 0
-
-
-def test_speed_priors_then_measurements(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cost, "_observed", {})
-    prior = cost.gflops("train", "swinir-light", "cpu")
-    assert prior == cost.priors()["cpu"]["train"]["swinir-light"]
-    assert cost.gflops("dense", "no-such-arch", "cpu") == cost.priors()["cpu"]["dense"]["default"]
-    cost.observe("train", "swinir-light", "cpu", flops=30e9, seconds=1.0)
-    assert cost.gflops("train", "swinir-light", "cpu") == 30.0
-    cost.observe("train", "swinir-light", "cpu", flops=10e9, seconds=1.0)
-    assert cost.gflops("train", "swinir-light", "cpu") == 20.0  # follows the machine
-    with pytest.raises(ValueError, match="unknown kind"):
-        cost.gflops("backward", "swinir-light", "cpu")
-    cost.observe_setup("cat-r", "cpu", 12.0)
-    assert cost.setup_seconds("cat-r", "cpu") == 12.0 and cost.gflops("train", "cat-r", "cpu") != 12.0
 
 
 def test_memory_budget_and_formats() -> None:

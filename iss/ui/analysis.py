@@ -336,7 +336,7 @@ def plan_live_run(
         notes.append(f"Iterations capped at {cap} (asked for {iterations}).")
         iterations = cap
     budget = cost.memory_budget(device)
-    speed = cost.gflops("train", arch, device) * 1e9
+    speed = iss.speed.gflops("train", arch, device) * 1e9
 
     def flops(b: int, p: int) -> float:
         """FLOPs of one iteration of both runs at batch ``b`` and LR patch ``p``."""
@@ -373,8 +373,8 @@ def plan_live_run(
     memory, seconds = estimate(new_batch, new_patch)
     traced = cost.trace(arch, scale, new_patch, new_patch, arch_kwargs=arch_kwargs)
     validation = len(RUNS) * traced.forward_flops / new_patch**2 * (VALIDATION_SIZE / scale) ** 2
-    validation_seconds = validation / (cost.gflops("dense", arch, device) * 1e9)
-    first = cost.setup_seconds(arch, device) + seconds + validation_seconds
+    validation_seconds = validation / (iss.speed.gflops("dense", arch, device) * 1e9)
+    first = iss.speed.setup_seconds(arch, device) + seconds + validation_seconds
     return LivePlan(
         arch, scale, new_batch, new_patch, iterations, seconds, first, memory, budget, device,
         flops(new_batch, new_patch), notes,
@@ -456,7 +456,7 @@ def train_live(
     )  # fmt: skip
     batches = training_batches(plan.scale, plan.patch, plan.batch, data_dir, seed)
     pair = validation_pair(plan.scale)
-    cost.observe_setup(plan.arch, device, time.perf_counter() - building)
+    iss.speed.observe_setup(plan.arch, device, time.perf_counter() - building)
     started = last_yield = time.perf_counter()
     stepping = 0.0  # seconds spent in training steps (for the speed estimate of later runs)
     done = 0
@@ -496,7 +496,7 @@ def train_live(
         )
         yield _live_update(run, done - 1, plan, time.perf_counter() - started, note)
     finally:
-        cost.observe("train", plan.arch, device, plan.flops_per_iteration * done, stepping)
+        iss.speed.observe("train", plan.arch, device, plan.flops_per_iteration * done, stepping)
 
 
 def _stopped(run: LiveRun, done: int, reason: str) -> str:

@@ -43,11 +43,10 @@ MODE_LR = "LR image: upscale it"
 MODES = (MODE_HR, MODE_LR)
 SCALES = (2, 3, 4)
 MAX_SIDE = {MODE_HR: 1024, MODE_LR: 512}  # input size caps (longest side), CPU-friendly
-MAX_PIXELS = 50_000_000  # larger inputs are refused from their header: decoding stays within ~300 MB
 MAX_UPLOAD_MB = 50  # the app's upload limit (Gradio refuses bigger files before they reach us)
 INPUT_POLICY = (
-    f"Upload a PNG, JPEG, WebP, BMP, TIFF or PPM image of at most {MAX_PIXELS // 1_000_000} megapixels "
-    f"and {MAX_UPLOAD_MB} MB."
+    "Upload a PNG, JPEG, WebP, BMP, TIFF or PPM image of at most "
+    f"{iss.data.MAX_PIXELS // 1_000_000} megapixels and {MAX_UPLOAD_MB} MB."
 )
 TILE_ABOVE = 192  # LR inputs larger than this (either side) are upscaled in overlapping tiles
 TILE = 128
@@ -71,13 +70,6 @@ _WARM: set[tuple] = set()  # (entry, device, sparse, zoo) of models that have ru
 def default_device() -> str:
     """``cuda`` when a GPU is present, else ``cpu``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def sparse_by_default(arch: str, device: str | None = None) -> bool:
-    """Whether comparisons run ``arch``'s checkpoints through ``iss.sparsify`` unless told otherwise (the one
-    switch point): on the CPU where its measured sparse speed beats dense (``iss.ui.cost``); not on a GPU."""
-    device = device or default_device()
-    return device == "cpu" and cost.gflops("sparse", arch, device) > cost.gflops("dense", arch, device)
 
 
 def sparse_kernel_note() -> str:
@@ -276,8 +268,8 @@ class RecentComparisons:
 def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.ndarray | None, str]:
     """Turn the input (an image file's path, a PIL image or an array) into (LR, HR or None, message).
 
-    Files are decoded by ``iss.data.decode_image`` within ``MAX_PIXELS`` and shrunk to the mode's cap while
-    decoding; the result is RGB uint8, downscaled with MATLAB bicubic to the LR in HR mode.
+    Files are decoded by ``iss.data.decode_image`` within ``iss.data.MAX_PIXELS`` and shrunk to the mode's
+    cap while decoding; the result is RGB uint8, downscaled with MATLAB bicubic to the LR in HR mode.
     """
     if image is None:
         raise ValueError("upload an image or pick an example first")
@@ -317,13 +309,13 @@ def _conversion_note(source_mode: str) -> str:
 
 
 def _decode(image: Any, cap: int) -> iss.data.Decoded:
-    """The input as RGB uint8 within ``MAX_PIXELS`` and ``cap``; a bad file's error names only the file."""
+    """The input as RGB uint8 within ``iss.data.MAX_PIXELS`` and ``cap``; a bad file's error names only it."""
     if isinstance(image, str | os.PathLike):
         try:
-            return iss.data.decode_image(image, max_pixels=MAX_PIXELS, max_side=cap)
+            return iss.data.decode_image(image, max_pixels=iss.data.MAX_PIXELS, max_side=cap)
         except iss.data.ImageError as e:
             raise iss.data.ImageError(f"{Path(image).name}: {e.reason}. {INPUT_POLICY}") from None
-    rgb = iss.data.to_rgb_uint8(image, max_pixels=MAX_PIXELS, max_side=cap)
+    rgb = iss.data.to_rgb_uint8(image, max_pixels=iss.data.MAX_PIXELS, max_side=cap)
     size = image.size if isinstance(image, Image.Image) else (image.shape[1], image.shape[0])
     return iss.data.Decoded(rgb, size, image.mode if isinstance(image, Image.Image) else "RGB")
 
@@ -399,7 +391,7 @@ def estimate(
     """What ``compare`` with these arguments is expected to cost (loads the models, runs none)."""
     arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = sparse_by_default(arch, device) if sparse is None else sparse
+    sparse = iss.speed.sparse_by_default(arch, device) if sparse is None else sparse
     lr, hr, _ = prepare_input(image, mode, scale)
     return _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)[2]
 
@@ -459,7 +451,8 @@ def _expected_seconds(
         except (FileNotFoundError, ValueError, KeyError, OSError):
             continue  # the comparison says why
         flops = _inference_flops(meta["arch"], scale, lr_shape, meta.get("arch_kwargs"))
-        seconds[method] = flops / (cost.gflops("sparse" if sparse else "dense", meta["arch"], device) * 1e9)
+        speed = iss.speed.gflops("sparse" if sparse else "dense", meta["arch"], device)
+        seconds[method] = flops / (speed * 1e9)
     return seconds
 
 
@@ -503,13 +496,13 @@ def compare_steps(
     complete, with its PNG files.
 
     The input is cropped to its centre when the expected time is above ``MAX_SECONDS``. ``sparse`` (default
-    ``sparse_by_default``) runs the checkpoints through ``iss.sparsify``. A method whose checkpoint is
-    missing, corrupt or for another scale is not fatal: its table row says ``unavailable: <reason>`` and it is
-    left out of the images.
+    ``iss.speed.sparse_by_default``) runs the checkpoints through ``iss.sparsify``. A method whose checkpoint
+    is missing, corrupt or for another scale is not fatal: its table row says ``unavailable: <reason>`` and it
+    is left out of the images.
     """
     arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = sparse_by_default(arch, device) if sparse is None else sparse
+    sparse = iss.speed.sparse_by_default(arch, device) if sparse is None else sparse
     lr, hr, message = prepare_input(image, mode, scale)
     lr, hr, expected = _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)
     comp = Comparison(lr=lr, hr=hr)
@@ -585,7 +578,7 @@ def _run_method(
     key = (entry, device, sparse, zoo_path)
     if key in _WARM or not sparse:  # a sparse model's first call times its layers: no measure of speed
         flops = _inference_flops(meta["arch"], scale, lr.shape[:2], meta.get("arch_kwargs"))
-        cost.observe("sparse" if sparse else "dense", meta["arch"], device, flops, seconds)
+        iss.speed.observe("sparse" if sparse else "dense", meta["arch"], device, flops, seconds)
     _WARM.add(key)
     kept, total = meta["kept"], meta["total"]
     size = f"{meta['size_bytes'] / 1e6:.2f} MB"

@@ -2,9 +2,8 @@
 
 FLOPs and autograd's saved activations come from tracing the backbone on PyTorch's ``meta`` device (shapes
 only: no memory, no arithmetic), once per backbone, scale and input size. Seconds come from FLOPs and this
-machine's speed per backbone, plus the time to build a live run: priors measured by
-``benchmarks/app_speed.py`` (``speed.json``), replaced by what the app measures itself as it runs
-(``observe``, ``observe_setup``). No gradio.
+machine's speed per backbone, plus the time to build a live run (``iss.speed``: measured priors, replaced by
+what the app measures itself as it runs). No gradio.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ import functools
 import gc
 import json
 import os
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,16 +21,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import iss
 
-SPEED_FILE = Path(__file__).with_name("speed.json")
-KINDS = ("train", "dense", "sparse")  # a training step of one run; dense inference; iss.sparsify inference
-SETUP = "setup"  # seconds to build a live run, kept beside the speeds
 # Peak memory of a live run ~ RUN_OVERHEAD + parameters x BYTES_PER_PARAMETER (per run)
 # + saved activations x ACTIVATION_OVERHEAD: fitted to peak RSS (benchmarks/live_cost.py).
 BYTES_PER_PARAMETER = 42  # weight, gradient, Adam's moments, pruner masks and scores, copies while building
 ACTIVATION_OVERHEAD = 1.3  # backward's gradient buffers on top of the saved activations
 RUN_OVERHEAD = 150e6  # training images, the validation pass, figures
-_observed: dict[tuple[str, str, str], float] = {}  # (kind, arch, device) -> measured in this process
-_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -85,57 +77,6 @@ def _trace(arch: str, scale: int, height: int, width: int, train: bool, kwargs: 
         backward_flops = backward.get_total_flops()
     count = sum(p.numel() for p in model.parameters())
     return ModelCost(float(forward.get_total_flops()), float(backward_flops), float(saved[0]), count)
-
-
-def priors() -> dict[str, Any]:
-    """The measured speeds shipped with the app (``speed.json``): GFLOP/s per kind and backbone."""
-    return json.loads(SPEED_FILE.read_text()) if SPEED_FILE.is_file() else {}
-
-
-def gflops(kind: str, arch: str, device: str) -> float:
-    """This machine's speed for ``kind`` work on ``arch``: measured in this process, else the prior."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; one of {KINDS}")
-    return _lookup(kind, arch, device, 20.0 if _device(device) == "cpu" else 2000.0)
-
-
-def observe(kind: str, arch: str, device: str, flops: float, seconds: float) -> None:
-    """Record a measured speed (later estimates use it): a running mean that follows the machine's load."""
-    if flops > 0 and seconds > 0:
-        _record(kind, arch, device, flops / seconds / 1e9)
-
-
-def setup_seconds(arch: str, device: str) -> float:
-    """Seconds to build both runs of a live run of ``arch`` (models, masks): measured, else the prior."""
-    return _lookup(SETUP, arch, device, 60.0)
-
-
-def observe_setup(arch: str, device: str, seconds: float) -> None:
-    """Record how long building a live run of ``arch`` took."""
-    _record(SETUP, arch, device, seconds)
-
-
-def _device(device: str) -> str:
-    """``cuda`` or ``cpu``: what measurements are kept per."""
-    return "cuda" if device.startswith("cuda") else "cpu"
-
-
-def _lookup(kind: str, arch: str, device: str, fallback: float) -> float:
-    """Measured in this process, else ``speed.json``'s value for the backbone, its default, ``fallback``."""
-    device = _device(device)
-    with _lock:
-        if (kind, arch, device) in _observed:
-            return _observed[(kind, arch, device)]
-    table = priors().get(device, {}).get(kind, {})
-    return float(table.get(arch, table.get("default", fallback)))
-
-
-def _record(kind: str, arch: str, device: str, value: float) -> None:
-    """Fold a measurement into the running mean of (kind, arch, device)."""
-    key = (kind, arch, _device(device))
-    with _lock:
-        previous = _observed.get(key)
-        _observed[key] = value if previous is None else 0.5 * (previous + value)
 
 
 def memory_budget(device: str) -> int:
