@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -226,21 +225,13 @@ def evaluate_cell(
 
 
 def device_name(device: str) -> str:
-    """``NVIDIA H100 80GB HBM3`` or ``cpu: AMD EPYC ... (2 threads)``: what the throughput was measured on."""
+    """``NVIDIA H100 80GB HBM3`` or ``cpu: AMD EPYC avx2 avx512f avx512_bf16 (2 threads)``: what a cell
+    trained on (the vector extensions decide which precision pays)."""
+    from .train import cpu_signature
+
     if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
         return torch.cuda.get_device_name()
-    model = platform.processor() or "cpu"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        model = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in cpuinfo.read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            model,
-        )
-    return f"cpu: {model} ({torch.get_num_threads()} threads)"
+    return f"cpu: {cpu_signature()} ({torch.get_num_threads()} threads)"
 
 
 def git_commit() -> str:
@@ -403,6 +394,9 @@ def zoo_entry(record: CellRecord, folder: Path, dest: Path, hub_repo: str) -> di
         "patch": cell["patch"],
         "lr": cell["lr"],
         "milestones": cell["milestones"],
+        "schedule": cell.get("schedule", "step"),
+        "warmup": cell.get("warmup", 0),
+        "precision": meta["budget"].get("precision", "eager fp32"),
         "seed": cell["seed"],
         "data": meta["data"],
         "device": record.device,

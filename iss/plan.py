@@ -39,6 +39,9 @@ GROUP_FIELDS = {
     "methods": list,
     "checkpoint_dtype": str,
     "compile": bool,
+    "schedule": str,
+    "warmup": int,
+    "pick_mode": bool,
     "arch_kwargs": dict,
     "note": str,
 }
@@ -67,6 +70,9 @@ class Cell:
     milestones: tuple[int, ...] = ()  # absolute iterations
     checkpoint_dtype: str = "fp16"
     compile: bool = False  # torch.compile on CUDA
+    schedule: str = "step"  # or "cosine": warm-up, then a cosine to 0 over both stages (milestones unused)
+    warmup: int = 0  # cosine: linear warm-up iterations
+    pick_mode: bool = False  # CPU: measure eager/compiled x fp32/bf16 first, train with the fastest
     arch_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
@@ -99,6 +105,9 @@ class Cell:
             out=str(out),
             arch_kwargs=dict(self.arch_kwargs),
             checkpoint_dtype=self.checkpoint_dtype,
+            schedule=self.schedule,
+            warmup=self.warmup,
+            pick_mode=self.pick_mode,
             val_data=None,
             log_every=100,
             save_every=max(self.iters // 20, 50),

@@ -36,6 +36,27 @@ def test_group_expands_to_cells_with_one_budget(tmp_path: Path) -> None:
     assert issp.seed == l1.seed and issp.checkpoint_dtype == "fp16"
 
 
+def test_a_group_can_train_with_the_cpu_recipe(tmp_path: Path) -> None:
+    """Cosine schedule with warm-up and the measured fast path reach every cell's training config."""
+    group = {
+        "arch": "swinir-light",
+        "scale": 4,
+        "ratio": 0.95,
+        "iters": 1000,
+        "prune_iters": 500,
+        "schedule": "cosine",
+        "warmup": 50,
+        "pick_mode": True,
+        "lr": 5e-4,
+        "methods": ["iss-p", "l1"],
+    }
+    issp, l1 = (c.config(["data"], tmp_path / c.name) for c in load_plan(_write(tmp_path, [group])).cells)
+    assert (issp.schedule, issp.warmup, issp.pick_mode, issp.lr) == ("cosine", 50, True, 5e-4)
+    assert (l1.schedule, l1.warmup, l1.pick_mode, l1.prune_iters) == ("cosine", 50, True, 0)
+    with pytest.raises(ValueError, match="schedule"):
+        load_plan(_write(tmp_path, [group | {"schedule": "linear"}]))
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
