@@ -264,7 +264,7 @@ def _zoom(key: Any, evt: gr.SelectData) -> tuple:
 def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tuple:
     """Ratios, methods, the zoo note and the sparse-kernel default for a backbone/scale pair."""
     found = compare.ratios(backbone, int(scale), zoo_path)
-    ratio = found[-1] if found else None
+    ratio = compare.default_ratio(backbone, int(scale), zoo_path)
     methods = compare.method_choices(backbone, int(scale), ratio, zoo_path)
     return (
         gr.update(choices=found, value=ratio),
@@ -286,7 +286,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
     arch0 = "swinir-light" if "swinir-light" in archs else archs[0]
     scale0 = compare.default_scale(arch0, zoo_path)
     ratio_choices = compare.ratios(arch0, scale0, zoo_path)
-    ratio0 = ratio_choices[-1] if ratio_choices else None
+    ratio0 = compare.default_ratio(arch0, scale0, zoo_path)
     methods0 = compare.method_choices(arch0, scale0, ratio0, zoo_path)
     examples = compare.example_images(data_dir)
     with gr.Row():
@@ -307,7 +307,9 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
             )
             mode = gr.Radio(list(compare.MODES), value=compare.MODE_HR, label="Input is")
             with gr.Row():
-                backbone = gr.Dropdown(archs, value=arch0, label="Backbone")
+                backbone = gr.Dropdown(
+                    [(compare.backbone_label(a, zoo_path), a) for a in archs], value=arch0, label="Backbone"
+                )
                 scale = IntRadio(list(compare.SCALES), value=scale0, label="Scale")
                 ratio = NumberDropdown(
                     ratio_choices, value=ratio0, label="Pruning ratio", allow_custom_value=True

@@ -170,11 +170,14 @@ def test_backbones_are_every_zoo_and_library_backbone(tiny_zoo: str) -> None:
 
 def test_a_scale_without_checkpoints_says_what_the_zoo_has(tiny_zoo: str) -> None:
     note = compare.availability("swinir-light", 4, tiny_zoo)
-    assert "No pruned swinir-light x4 checkpoint" in note and "swinir-light x2 r0.5 (iht, iss-p)" in note
+    assert note == "⚠️ No pruned swinir-light x4 checkpoint yet: only bicubic runs (it has x2)."
     assert compare.availability("swinir-light", 2, tiny_zoo) == ""
+    assert compare.availability("cat-r", 2, tiny_zoo).startswith("⚠️ No cat-r checkpoint yet")
+    assert compare.backbone_label("cat-r", tiny_zoo) == "cat-r (no checkpoints yet)"
+    assert compare.backbone_label("swinir-light", tiny_zoo) == "swinir-light"
     assert compare.method_choices("swinir-light", 4, None, tiny_zoo) == ["bicubic"]
     comp = compare.compare(_photo(), "swinir-light", 4, None, ["bicubic", "iht"], zoo_path=tiny_zoo)
-    assert list(comp.results) == ["bicubic"] and note in comp.message
+    assert list(comp.results) == ["bicubic"] and comp.message.count("x4 checkpoint") == 1  # said once
     assert "no swinir-light x4 iht checkpoint in the zoo; it has: swinir-light x2" in comp.rows[1][1]
 
 
@@ -200,6 +203,11 @@ def test_the_tab_opens_at_the_scale_that_gains_most_over_bicubic(tmp_path: Path)
     manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2]}))
     assert compare.default_scale("swinir-light", str(manifest)) == 2
     assert compare.default_scale("edsr-l", str(manifest)) == 4  # no entry: x4
+    at_99 = {**x4[0], "name": "x2b", "scale": 2, "ratio": 0.99, "metrics": {"Set5": {"psnr": bicubic - 1}}}
+    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2, at_99]}))
+    assert compare.ratios("swinir-light", 2, str(manifest)) == [0.95, 0.99]
+    assert compare.default_ratio("swinir-light", 2, str(manifest)) == 0.95  # not the highest: the best gain
+    assert compare.default_ratio("edsr-l", 2, str(manifest)) is None
 
 
 def test_compare_streams_one_result_per_method(tiny_zoo: str) -> None:

@@ -113,14 +113,28 @@ def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
 def default_scale(arch: str, zoo_path: str | None = None) -> int:
     """The scale the Compare tab opens at: where ``arch``'s best checkpoint gains most over bicubic on Set5
     (x4 when none has a Set5 score), so that a first look shows what super-resolution adds."""
-    gains: dict[int, float] = {}
+    gains = _gains(arch, zoo_path)
+    return max(gains, key=gains.__getitem__, default=(4, None))[0]
+
+
+def default_ratio(arch: str, scale: int, zoo_path: str | None = None) -> float | None:
+    """The ratio the ratio box opens at for ``arch`` at ``scale``: where its best checkpoint gains most over
+    bicubic on Set5 (else the highest ratio; None without checkpoints)."""
+    gains = {ratio: gain for (s, ratio), gain in _gains(arch, zoo_path).items() if s == int(scale)}
+    found = ratios(arch, scale, zoo_path)
+    return max(gains, key=gains.__getitem__) if gains else (found[-1] if found else None)
+
+
+def _gains(arch: str, zoo_path: str | None) -> dict[tuple[int, float], float]:
+    """Per (scale, ratio) of ``arch``: the best zoo entry's Set5 PSNR minus bicubic's."""
+    gains: dict[tuple[int, float], float] = {}
     for entry in zoo(zoo_path):
-        scale = int(entry.scale)
+        key = (int(entry.scale), float(entry.ratio))
         score = entry.metrics.get("Set5", {}).get("psnr") if entry.arch == arch else None
-        bicubic = bicubic_results(scale).get("Set5", {}).get("psnr")
+        bicubic = bicubic_results(key[0]).get("Set5", {}).get("psnr")
         if score is not None and bicubic is not None:
-            gains[scale] = max(gains.get(scale, -math.inf), score - bicubic)
-    return max(gains, key=gains.__getitem__, default=4)
+            gains[key] = max(gains.get(key, -math.inf), score - bicubic)
+    return gains
 
 
 def ratios(arch: str, scale: int, zoo_path: str | None = None) -> list[float]:
@@ -170,10 +184,17 @@ def availability(arch: str, scale: int, zoo_path: str | None = None) -> str:
     """A warning when the zoo has no pruned checkpoint for ``arch`` at ``scale`` (only bicubic can run)."""
     if ratios(arch, scale, zoo_path):
         return ""
-    return (
-        f"⚠️ No pruned {arch} x{scale} checkpoint in the zoo yet: only bicubic will run. "
-        f"The zoo has: {zoo_summary(zoo_path)}."
-    )
+    scales = sorted({int(e.scale) for e in zoo(zoo_path) if e.arch == arch})
+    if scales:
+        has = ", ".join(f"x{s}" for s in scales)
+        return f"⚠️ No pruned {arch} x{scale} checkpoint yet: only bicubic runs (it has {has})."
+    others = sorted({e.arch for e in zoo(zoo_path)})
+    return f"⚠️ No {arch} checkpoint yet: only bicubic runs (the zoo has {', '.join(others) or 'none'})."
+
+
+def backbone_label(arch: str, zoo_path: str | None = None) -> str:
+    """The backbone's name in the choice, marked when the zoo has no checkpoint of it."""
+    return arch if any(e.arch == arch for e in zoo(zoo_path)) else f"{arch} (no checkpoints yet)"
 
 
 @functools.lru_cache(maxsize=4)
@@ -506,14 +527,16 @@ def compare_steps(
     lr, hr, message = prepare_input(image, mode, scale)
     lr, hr, expected = _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)
     comp = Comparison(lr=lr, hr=hr)
-    notes = [n for n in (message, expected.note, availability(arch, scale, zoo_path)) if n]
+    missing = availability(arch, scale, zoo_path)  # said once; the rows say which method is unavailable
+    notes = [n for n in (message, expected.note, missing) if n]
     tile = TILE if max(lr.shape[:2]) > TILE_ABOVE else None
     for i, name in enumerate(methods):
         try:
             sr, row = _run_method(name, arch, lr, scale, ratio, device, sparse, zoo_path, tile)
         except (FileNotFoundError, ValueError, KeyError, OSError) as e:
             comp.rows.append([name, f"unavailable: {short_reason(e)}", "", "", "", "", ""])
-            notes.append(f"{name} is unavailable: {short_reason(e, limit=400)}")
+            if not missing:
+                notes.append(f"{name} is unavailable: {short_reason(e, limit=400)}")
             continue
         if hr is not None:
             row[1] = round(iss.metrics.psnr_y(sr, hr, crop_border=scale), 2)
