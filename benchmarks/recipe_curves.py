@@ -105,17 +105,15 @@ def report(args: argparse.Namespace) -> int:
             "mode": mode, "flags": extra, "iters": config["iters"], "lr": config["lr"],
             "schedule": config.get("schedule", "step"),
             "curve": [{"iteration": p["iteration"], "set5_psnr": round(p["val_psnr"], 3),
-                       "idle_minutes": round(p["iteration"] / config["iters"] * budget["minutes"], 1)}
+                       "idle_minutes": round(p["iteration"] / budget["speeds"][mode] / 60, 1)}
                       for p in points],
         }  # fmt: skip
     names = list(result["recipes"])
-    lines = ["| idle CPU minutes | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for i in range(max(len(r["curve"]) for r in result["recipes"].values())):
+    lines = ["| idle CPU minutes (nominal) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for i in range(VALIDATIONS):  # the i-th validation of every run: the same share of its budget
         row = [r["curve"][i] if i < len(r["curve"]) else None for r in result["recipes"].values()]
-        minutes = next(p["idle_minutes"] for p in row if p)
-        lines.append(
-            f"| {minutes:g} | " + " | ".join(f"{p['set5_psnr']:.2f}" if p else "" for p in row) + " |"
-        )
+        scores = " | ".join(f"{p['set5_psnr']:.2f}" if p else "" for p in row)
+        lines.append(f"| {budget['minutes'] * (i + 1) / VALIDATIONS:g} | {scores} |")
     print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
