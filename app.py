@@ -618,7 +618,7 @@ def _sparsity(name: Any, layer: Any, zoo_path: str | None = None) -> tuple:
 
 def sparsity_tab(tab: gr.Tab, zoo_path: str | None) -> None:
     """Where a checkpoint keeps its weights (drawn on opening the tab); the zoo beside the paper's tables."""
-    names = [e.name for e in compare.zoo(zoo_path)]
+    names = [e.name for e in sparsity.sorted_entries(zoo_path)]  # by backbone, scale, ratio, method
     if not names:
         gr.Markdown("No checkpoint zoo found (`checkpoints/zoo.json`): nothing to inspect yet.")
     with gr.Row():

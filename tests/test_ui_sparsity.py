@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -18,14 +20,22 @@ def test_paper_results_match_the_paper() -> None:
     assert cat["metrics"]["Urban100"]["psnr"] == 26.94
 
 
-def test_zoo_vs_paper_starts_with_bicubic(tiny_zoo: str) -> None:
+def test_zoo_vs_paper_is_one_row_per_entry_grouped_by_cell_with_bicubic_last(tiny_zoo: str) -> None:
+    """Issue 27 item 7: grouped by cell, ours beside the paper, 2 and 4 decimals, bicubic closing a cell."""
     rows = sparsity.zoo_vs_paper(tiny_zoo)
-    bicubic = [r for r in rows if r[0] == "bicubic x2"]
-    assert [r[2] for r in bicubic] == ["Set5", "Set14", "B100", "Urban100", "Manga109"]
-    assert bicubic[0][3] == pytest.approx(33.67, abs=0.01)  # the README's bicubic x2 Set5 row
-    entry = rows[len(bicubic)]
-    assert entry[:5] == ["tiny_x2_iht_r0.5", "", "Set5", 30.0, 0.9]
-    assert entry[-1] == "not in the paper"  # ratio 0.5 is not a paper cell
+    cell = "swinir-light x2 r0.5"
+    assert [r[:2] for r in rows] == [[cell, "iht"], [cell, "bicubic"]]  # the iss-p entry has no scores
+    iht, bicubic = rows
+    assert iht[3] == "30.00 / 0.9000" and iht[-1] == "not in the paper"  # ratio 0.5 is not a paper cell
+    assert bicubic[3] == "33.67 / 0.9303" and len(bicubic) == len(sparsity.ZOO_VS_PAPER_HEADERS)
+    assert [e.method for e in sparsity.sorted_entries(tiny_zoo)] == ["iss-p", "iht"]
+
+
+def test_zoo_vs_paper_puts_the_papers_scores_beside_ours() -> None:
+    rows = sparsity.zoo_vs_paper()
+    issp = next(r for r in rows if r[0] == "swinir-light x4 r0.95" and r[1] == "iss-p")
+    assert re.fullmatch(r"\d\d\.\d\d / 0\.\d{4} \(31\.\d\d / 0\.\d{4}\)", issp[3]), issp[3]
+    assert issp[-1].startswith("Table ")
 
 
 def test_layer_types_and_blocks() -> None:
@@ -67,5 +77,5 @@ def test_a_malformed_checkpoint_is_unavailable_with_its_reason_and_no_paths(malf
         sparsity.sparsity_view("int16_x2_iss-p_r0.5", None, malformed_zoo)
     assert "/" not in str(err.value).replace("r0.5", "")
     assert sparsity.sparsity_view("tiny_x2_iht_r0.5", None, malformed_zoo)[2]
-    entries = [row[0] for row in sparsity.zoo_vs_paper(malformed_zoo) if not row[0].startswith("bicubic")]
-    assert entries == ["tiny_x2_iht_r0.5"]
+    methods = [row[1] for row in sparsity.zoo_vs_paper(malformed_zoo)]
+    assert methods == ["iht", "bicubic"]  # the one evaluated entry, then the baseline

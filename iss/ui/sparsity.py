@@ -8,6 +8,7 @@ empty, each beside a random mask with the same count per layer. The paper's Tabl
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import defaultdict
@@ -24,15 +25,11 @@ from iss.ui.compare import BICUBIC, bicubic_results, load_model, short_reason, z
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.json")
 ZOO_VS_PAPER_HEADERS = [
-    "zoo entry",
-    "budget (iterations)",
-    "set",
-    "zoo PSNR",
-    "zoo SSIM",
-    "paper PSNR",
-    "paper SSIM",
+    "cell", "method", "iterations",
+    *(f"{name}: ours (paper)" for name in iss.data.BENCHMARKS),
     "paper table",
-]
+]  # fmt: skip
+METHOD_ORDER = ("iss-p", "iht", "iss-r", "l1", "srp", "assl", "scratch")  # ISS-P first, then its baselines
 TOP_CHANNELS = 0.1  # "densest 10% of channels"
 
 
@@ -154,33 +151,58 @@ def paper_results() -> dict[str, Any]:
 
 
 def zoo_vs_paper(zoo_path: str | None = None) -> list[list[Any]]:
-    """One row per (zoo entry, benchmark set): the zoo's PSNR/SSIM beside the paper's same cell, after a
-    bicubic row per set for each scale the zoo has (the baseline every SR method must beat)."""
-    rows = []
-    entries = zoo(zoo_path)
-    for scale in sorted({int(e.scale) for e in entries}):
-        for set_name, scores in bicubic_results(scale).items():
-            rows.append([
-                f"{BICUBIC} x{scale}", "—", set_name, round(scores["psnr"], 4), round(scores["ssim"], 6),
-                "", "", "not in the paper's tables",
-            ])  # fmt: skip
+    """One row per zoo entry, grouped by cell (backbone, scale, ratio) in order, each set's PSNR / SSIM
+    beside the paper's for the same cell, then a bicubic row per cell: the baseline every method must beat.
+    PSNR to 2 decimals, SSIM to 4."""
     paper = paper_results()["rows"]
-    for entry in entries:
-        cells = [
-            r for r in paper
-            if r["arch"] == entry.arch and r["scale"] == int(entry.scale) and r["method"] == entry.method
-            and abs(r["ratio"] - float(entry.ratio)) < 1e-9
-        ]  # fmt: skip
-        budget = (getattr(entry, "budget", None) or {}).get("iterations", "")
-        metrics = getattr(entry, "metrics", None) or {}
-        for set_name in iss.data.BENCHMARKS:
-            ours = metrics.get(set_name, {})
-            theirs = cells[0]["metrics"].get(set_name, {}) if cells else {}
-            if not ours and not theirs:
-                continue
-            rows.append([
-                entry.name, budget, set_name, ours.get("psnr", ""), ours.get("ssim", ""),
-                theirs.get("psnr", ""), theirs.get("ssim", ""),
-                cells[0]["table"] if cells else "not in the paper",
-            ])  # fmt: skip
+    rows = []
+    for cell, entries in itertools.groupby(sorted_entries(zoo_path), key=_cell):
+        arch, scale, ratio = cell
+        name = f"{arch} x{scale} r{ratio:g}"
+        shown = len(rows)
+        for entry in entries:
+            theirs = next((r for r in paper if _cell(r) == cell and r["method"] == entry.method), None)
+            if not entry.metrics and not theirs:
+                continue  # nothing to compare (an entry not evaluated yet)
+            scores = [
+                _score((entry.metrics or {}).get(s)) + f" ({_score(theirs['metrics'].get(s))})" if theirs
+                else _score((entry.metrics or {}).get(s))
+                for s in iss.data.BENCHMARKS
+            ]  # fmt: skip
+            iterations = (entry.budget or {}).get("iterations", "")
+            rows.append(
+                [
+                    name,
+                    entry.method,
+                    iterations,
+                    *scores,
+                    f"Table {theirs['table']}" if theirs else "not in the paper",
+                ]
+            )
+        if len(rows) == shown:
+            continue
+        bicubic = bicubic_results(scale)
+        rows.append(
+            [name, BICUBIC, "", *(_score(bicubic.get(s)) for s in iss.data.BENCHMARKS), "our baseline"]
+        )
     return rows
+
+
+def sorted_entries(zoo_path: str | None = None) -> list[Any]:
+    """The zoo's entries by backbone, scale, ratio, then method (``METHOD_ORDER``)."""
+    order = {m: i for i, m in enumerate(METHOD_ORDER)}
+    return sorted(zoo(zoo_path), key=lambda e: (*_cell(e), order.get(e.method, len(order)), e.method))
+
+
+def _cell(item: Any) -> tuple[str, int, float]:
+    """(backbone, scale, ratio) of a zoo entry or a paper row."""
+    get = item.get if isinstance(item, dict) else lambda k: getattr(item, k)
+    return get("arch"), int(get("scale")), round(float(get("ratio")), 6)
+
+
+def _score(metrics: dict | None) -> str:
+    """``28.79 / 0.8190`` (PSNR / SSIM), or a dash."""
+    if not metrics or "psnr" not in metrics:
+        return "—"
+    ssim = metrics.get("ssim")
+    return f"{metrics['psnr']:.2f}" + (f" / {ssim:.4f}" if ssim is not None else "")
