@@ -121,7 +121,7 @@ def _compare_outputs(
     return (
         compare.slider_pair(comp, left, right),
         compare.overview(comp, box),
-        compare.zoom_grid(comp, box),
+        _tiles(comp, box),
         comp.rows,
         comp.files or None,
         message,
@@ -236,6 +236,11 @@ def _estimate(
     return found.describe() + " Press **Compare**."
 
 
+def _tiles(comp: compare.Comparison, box: tuple[int, int, int, int]) -> list[tuple[Any, None]]:
+    """The zoom gallery's tiles, each with its caption drawn below it (Gradio's captions cover the image)."""
+    return [(compare.captioned(tile, caption), None) for tile, caption in compare.zoom_grid(comp, box)]
+
+
 def _kept(key: Any) -> compare.Comparison:
     """The comparison a session's state names; a one-line error once ``RECENT`` has dropped it."""
     comp = RECENT.get(key)
@@ -258,7 +263,7 @@ def _zoom(key: Any, evt: gr.SelectData) -> tuple:
     comp = _kept(key)
     x, y = evt.index
     box = compare.zoom_box(comp, x, y)
-    return compare.overview(comp, box), compare.zoom_grid(comp, box)
+    return compare.overview(comp, box), _tiles(comp, box)
 
 
 def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tuple:
@@ -306,10 +311,10 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 label="Examples",
             )
             mode = gr.Radio(list(compare.MODES), value=compare.MODE_HR, label="Input is")
+            backbone = gr.Dropdown(
+                [(compare.backbone_label(a, zoo_path), a) for a in archs], value=arch0, label="Backbone"
+            )  # a row of its own: wide enough for "(no checkpoints yet)"
             with gr.Row():
-                backbone = gr.Dropdown(
-                    [(compare.backbone_label(a, zoo_path), a) for a in archs], value=arch0, label="Backbone"
-                )
                 scale = IntRadio(list(compare.SCALES), value=scale0, label="Scale")
                 ratio = NumberDropdown(
                     ratio_choices, value=ratio0, label="Pruning ratio", allow_custom_value=True
@@ -332,27 +337,6 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 swap = gr.Button("⇄ swap", scale=1, min_width=60)
                 right = gr.Dropdown([], label="Right", scale=4)
             slider = gr.ImageSlider(format="png", type="numpy", label="Slider", max_height=520)
-            gr.Markdown(f"**Zoom**: click the overview to move the region. {compare.ZOOM_NOTE}")
-            with gr.Row(equal_height=False):
-                region = gr.Image(
-                    label="Overview",
-                    show_label=False,
-                    interactive=False,
-                    format="png",
-                    height=260,
-                    buttons=[],
-                    scale=1,
-                )
-                grid = gr.Gallery(
-                    label="Zoomed region",
-                    elem_id="zoom-gallery",
-                    show_label=False,
-                    format="png",
-                    columns=4,
-                    object_fit="contain",
-                    buttons=["fullscreen"],
-                    scale=3,
-                )
             table = gr.Dataframe(
                 headers=compare.TABLE_HEADERS,
                 elem_id="results-table",
@@ -360,7 +344,22 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 interactive=False,
                 wrap=False,
             )
-            files = gr.File(file_count="multiple", label="Full-resolution PNGs")
+    # Zoom across the page's whole width: the overview, then tiles of a fifth of it, captions below them.
+    gr.Markdown(f"**Zoom**: click the overview to move the region. {compare.ZOOM_NOTE}")
+    region = gr.Image(
+        label="Overview", show_label=False, interactive=False, format="png", height=260, buttons=[]
+    )
+    grid = gr.Gallery(
+        label="Zoomed region",
+        elem_id="zoom-gallery",
+        show_label=False,
+        format="png",
+        columns=5,
+        height="auto",
+        object_fit="contain",
+        buttons=["fullscreen"],
+    )
+    files = gr.File(file_count="multiple", label="Full-resolution PNGs")
     state = gr.State(None)
     choices_for = functools.partial(_choices_for, zoo_path=zoo_path)
     gr.on(

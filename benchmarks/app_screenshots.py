@@ -36,7 +36,7 @@ def compare_tab(page: Page, out: Path, timeout_ms: int) -> None:
     shoot(page, out, "compare")
     page.get_by_label("Backbone").click()
     page.get_by_role("option", name="edsr-l").click()  # a backbone the bundled zoo has no checkpoint for
-    page.get_by_text("No pruned").first.wait_for(timeout=timeout_ms)
+    page.get_by_text("checkpoint yet").first.wait_for(timeout=timeout_ms)
     time.sleep(2)
     shoot(page, out, "compare_no_checkpoint")
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 from torch import nn
 
 import iss
@@ -660,7 +660,7 @@ def zoom_box(
 
 
 def zoom_grid(
-    comp: Comparison, box: tuple[int, int, int, int], display: int = 192
+    comp: Comparison, box: tuple[int, int, int, int], display: int = 256
 ) -> list[tuple[np.ndarray, str]]:
     """The same region of every image, blown up (nearest) to ``display`` px, as paper Fig. 2; captioned with
     the method and, in HR mode, its PSNR (dB, Y) over the region."""
@@ -673,6 +673,14 @@ def zoom_grid(
             caption += f" {iss.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f}"
         tiles.append((np.asarray(crop), caption))
     return tiles
+
+
+def captioned(tile: np.ndarray, caption: str, size: int = 18) -> np.ndarray:
+    """``tile`` with ``caption`` written on a white strip below it, so that no label covers the image."""
+    strip = Image.new("RGB", (tile.shape[1], size + 10), "white")
+    font = ImageFont.load_default(size=size)
+    ImageDraw.Draw(strip).text((6, 4), caption, fill="black", font=font)
+    return np.concatenate([tile, np.asarray(strip)], axis=0)
 
 
 def overview(comp: Comparison, box: tuple[int, int, int, int]) -> np.ndarray:
