@@ -15,7 +15,7 @@ from common import TINY
 import iss
 from iss.train import NonFiniteLossError
 from iss.ui import analysis
-from iss.ui.recording import load_recording, load_state, save_recording, save_state
+from iss.ui.recording import RunTrace, load_recording, load_state, save_recording, save_state
 
 
 @pytest.mark.slow  # ~3 s idle, much more on a loaded machine
@@ -165,3 +165,19 @@ def test_recordings_are_named_never_reached_by_path(name: str) -> None:
         analysis.recording_layers(name)
     with pytest.raises(KeyError, match="no recorded state"):
         analysis.start_settings(f"{name} @ 1")
+
+
+def test_the_mask_sentence_is_computed_from_the_run() -> None:
+    """Issue 27 item 4: the text says what the plot shows (here IHT moves more), never a fixed claim."""
+    traces = {run: RunTrace(layers=[]) for run in ("iss-p", "iht")}
+    for i, (flips_p, flips_i) in enumerate([(0.2, 0.4), (0.4, 0.8)], 1):
+        for run, flips in (("iss-p", flips_p), ("iht", flips_i)):
+            traces[run].commit(i, 0.1)
+            traces[run].flips_total[-1], traces[run].distance_first[-1] = (
+                flips,
+                5.5 if run == "iss-p" else 6.3,
+            )
+    text = analysis.mask_summary(traces)
+    assert "ISS-P flips 0.3‰" in text and "IHT 0.6‰ and 6.3‰" in text
+    assert text.endswith("ISS-P's mask moves less than IHT's.")
+    assert analysis.mask_summary({"iss-p": traces["iss-p"]}) == ""

@@ -31,8 +31,17 @@ def test_loss_axis_labels_are_whole_numbers() -> None:
     assert fig.layout.title.text == "Training"
 
 
-def test_mask_dynamics_plots_every_layer_and_the_whole_model() -> None:
-    fig = figures.mask_dynamics_figure(_traces([0.1, 0.1]), ["conv.weight"])
-    names = [t.name for t in fig.data]
-    assert "ISS-P all layers" in names and "ISS-P conv" in names
-    assert fig.layout.title.text.startswith("Mask dynamics")
+def test_mask_dynamics_is_one_panel_per_layer_and_two_legend_entries() -> None:
+    """Issue 27 item 6: a panel per layer plus the whole mask's distance, ISS-P and IHT once each."""
+    traces = {run: RunTrace(layers=["a.weight", "b.weight"]) for run in ("iss-p", "iht")}
+    fig = figures.mask_dynamics_figure(traces, ["a.weight", "b.weight"])
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[0].startswith("a: mask flips per iteration") and titles[1].startswith("b: mask flips")
+    assert titles[2].startswith("whole mask: Hamming distance")
+    assert [t.name for t in fig.data if t.showlegend] == ["ISS-P", "IHT"] and len(fig.data) == 6
+    assert fig.data[0].line.color != fig.data[3].line.color
+
+
+def test_moving_average_smooths_spikes_and_ignores_gaps() -> None:
+    y = figures.moving_average([0, 0, 4, 0, float("nan"), 0], 4)
+    assert y.tolist() == pytest.approx([0, 0, 4 / 3, 1, 4 / 3, 4 / 3])  # a trailing window of 4

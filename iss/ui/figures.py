@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from iss.ui.recording import RunTrace
 
-RUN_COLORS = {"iss-p": "#d62728", "iht": "#1f77b4"}
+RUN_COLORS = {"iss-p": "#e66100", "iht": "#1a5fb4"}  # orange and blue: apart for every colour vision
 RUN_LABELS = {"iss-p": "ISS-P", "iht": "IHT"}
 DASHES = ("solid", "dot", "dash", "longdash", "dashdot", "longdashdot")
 MAX_POINTS = 600
@@ -77,42 +77,51 @@ def _finetune_marks(fig: go.Figure, traces: dict[str, RunTrace], rows: int, cols
                 fig.add_vline(x=start, line=dict(color="gray", dash="dot", width=1), row=r, col=c)
 
 
+def moving_average(values: Sequence[float], window: int) -> np.ndarray:
+    """Trailing mean over ``window`` values (NaNs ignored; fewer at the start): flips come in spikes."""
+    y = np.asarray(values, np.float64)
+    finite = np.isfinite(y)
+    sums = np.cumsum(np.where(finite, y, 0.0))
+    counts = np.cumsum(finite)
+    lag = np.concatenate([np.zeros(window), sums[:-window]]) if len(y) > window else np.zeros(len(y))
+    lag_counts = np.concatenate([np.zeros(window), counts[:-window]]) if len(y) > window else np.zeros(len(y))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (sums - lag) / (counts - lag_counts)
+
+
 def mask_dynamics_figure(
     traces: dict[str, RunTrace], layers: Sequence[str], max_points: int = MAX_POINTS
 ) -> go.Figure:
-    """Paper Fig. 3: per-iteration mask flips (per mille) for ``layers``, and the Hamming distance of the
-    whole mask to its first selection and to its state N iterations earlier."""
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.1,
-        subplot_titles=(
-            "mask flips per iteration (‰ of layer weights)",
-            "Hamming distance of the whole mask (‰)",
-        ),
-    )
+    """Paper Fig. 3: mask flips per iteration (per mille, moving average) for each of ``layers`` in its own
+    panel, ISS-P against IHT, then the whole mask's Hamming distance to its first selection."""
+    shown = [layer for layer in layers if any(layer in t.flips for t in traces.values())]
+    length = max((len(t.iterations) for t in traces.values()), default=0)
+    window = max(1, min(100, length // 20))
+    titles = [f"{_short(layer)}: mask flips per iteration (‰, mean of {window})" for layer in shown]
+    titles.append("whole mask: Hamming distance to its first selection (‰)")
+    rows = len(titles)
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.35 / rows,
+                        subplot_titles=titles)  # fmt: skip
+    tops: dict[int, float] = {}
     for run, trace in traces.items():
         color, label = RUN_COLORS.get(run, "black"), RUN_LABELS.get(run, run)
-        x, y = downsample(trace.iterations, trace.flips_total, max_points)
-        line = dict(color=color, width=2.5)
-        fig.add_trace(go.Scatter(x=x, y=y, name=f"{label} all layers", line=line, opacity=0.8), 1, 1)
-        for i, layer in enumerate(layer for layer in layers if layer in trace.flips):
-            x, y = downsample(trace.iterations, trace.flips[layer], max_points)
-            dash = DASHES[i % len(DASHES)]
-            name = f"{label} {_short(layer)}"
-            fig.add_trace(go.Scatter(x=x, y=y, name=name, line=dict(color=color, dash=dash, width=1.3)), 1, 1)
-        for series, dash, what in (
-            ("distance_first", "solid", "to first selection"),
-            ("distance_window", "dot", "to N its earlier"),
-        ):
-            x, y = downsample(trace.iterations, getattr(trace, series), max_points)
+        series = [trace.flips[layer] for layer in shown if layer in trace.flips] + [trace.distance_first]
+        for row, values in enumerate(series, 1):
+            smooth = values if row == rows else moving_average(values, window)
+            x, y = downsample(trace.iterations, smooth, max_points)
             fig.add_trace(
-                go.Scatter(x=x, y=y, name=f"{label} {what}", line=dict(color=color, dash=dash, width=2)), 2, 1
-            )
-    fig.update_xaxes(title_text="iteration", row=2, col=1)
-    _finetune_marks(fig, traces, rows=2)
-    return _layout(fig, "Mask dynamics: ISS-P vs IHT (paper Fig. 3)", 520)
+                go.Scatter(x=x, y=y, name=label, legendgroup=run, showlegend=row == 1,
+                           line=dict(color=color, width=2)),
+                row, 1,
+            )  # fmt: skip
+            later = np.asarray(y[len(y) // 20 :], np.float64)  # past the first selection's burst
+            if row < rows and np.isfinite(later).any():
+                tops[row] = max(tops.get(row, 0.0), float(np.nanmax(later)))
+    for row, top in tops.items():  # the burst of the first iterations would flatten the rest
+        fig.update_yaxes(range=[0, 1.15 * top if top > 0 else 1], row=row, col=1)
+    fig.update_xaxes(title_text="iteration", row=rows, col=1)
+    _finetune_marks(fig, traces, rows=rows)
+    return _layout(fig, "Mask dynamics: ISS-P vs IHT (paper Fig. 3)", 220 + 200 * rows, legend_y=1.06)
 
 
 def gradient_figure(
