@@ -374,7 +374,7 @@ def test_train_layers_follow_the_backbone(client) -> None:
         "edsr-baseline", 2, 0.9, 0.95, 1, 10, 8, 1, layers, analysis.RANDOM_INIT, api_name="/train"
     )
     assert "1 / 1" in status and "edsr-baseline x2" in status
-    assert "ISS-P body.0.conv1" in flips["plot"] and "IHT conv_last" in flips["plot"]
+    assert "body.0.conv1: mask flips" in flips["plot"] and "conv_last: mask flips" in flips["plot"]
 
 
 def test_typed_inputs_refuse_nonsense_with_a_message() -> None:
