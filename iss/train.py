@@ -461,9 +461,11 @@ def fastest_mode(speeds: dict[str, float]) -> dict[str, bool]:
 
 def _steps_per_second(config: TrainConfig, seconds: float) -> float:
     """Steps per second of ``config``'s model and pruner on random patches, after three untimed steps
-    (which include compiling); the global RNG is left as it was."""
+    (which include compiling); the global RNG is left as it was. Compiled probes start from an empty
+    compile cache (earlier probes' models would count against its recompile limit)."""
     from iss import archs, pruning
 
+    torch._dynamo.reset()
     with torch.random.fork_rng(devices=[]):
         model = archs.build(config.arch, config.scale, **config.arch_kwargs)
         pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
