@@ -461,12 +461,13 @@ def fastest_mode(speeds: dict[str, float]) -> dict[str, bool]:
 
 def _steps_per_second(config: TrainConfig, seconds: float) -> float:
     """Steps per second of ``config``'s model and pruner on random patches, after three untimed steps
-    (which include compiling); the global RNG is left as it was. Compiled probes start from an empty
-    compile cache (earlier probes' models would count against its recompile limit)."""
+    (which include compiling); the global RNG is left as it was. Each probe starts and leaves an empty
+    compile cache: other models' entries count against its recompile limit, past which it runs eagerly."""
     from iss import archs, pruning
 
     torch._dynamo.reset()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), contextlib.ExitStack() as cleanup:
+        cleanup.callback(torch._dynamo.reset)
         model = archs.build(config.arch, config.scale, **config.arch_kwargs)
         pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
         trainer = Trainer(torch.compile(model) if config.compile else model, pruner, config)
