@@ -221,15 +221,9 @@ def _estimate(
     if image is None:
         return "Upload an image or pick an example, then press **Compare**."
     try:
+        path = _upload_path(image, cache)
         found = compare.estimate(
-            _upload_path(image, cache),
-            backbone,
-            scale,
-            ratio,
-            methods,
-            mode,
-            sparse=sparse,
-            zoo_path=zoo_path,
+            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path
         )
     except (ValueError, KeyError, FileNotFoundError) as e:
         return f"⚠️ {e.args[0] if isinstance(e, KeyError) and e.args else e}"
@@ -666,24 +660,20 @@ def build_demo(data_dir: str | None = None, zoo_path: str | None = None) -> gr.B
     return demo
 
 
-def delete_cache_files(demo: gr.Blocks) -> int:
+def delete_cache_files(demo: gr.Blocks) -> None:
     """Delete every file this app put in Gradio's cache (uploads, results, example copies) and the folders
-    left empty; returns how many files went."""
+    left empty."""
     files = {Path(f) for found in demo.temp_file_sets for f in found}
     files |= {Path(f) for block in demo.blocks.values() for f in getattr(block, "keep_in_cache", ())}
-    deleted = 0
     for path in files:
         with contextlib.suppress(OSError):
             path.unlink()
-            deleted += 1
         with contextlib.suppress(OSError):
             path.parent.rmdir()  # only if empty
-    return deleted
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM (a stopped Space or container) ends the server as Ctrl-C does, so that Gradio's shutdown
-    deletes the uploads and results in its cache."""
+    """SIGTERM (a stopped Space or container) ends the server as Ctrl-C does, so that ``main`` cleans up."""
     raise KeyboardInterrupt
 
 

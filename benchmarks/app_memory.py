@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from iss.train import cpu_signature  # noqa: E402
 from iss.ui import analysis, compare  # noqa: E402
 
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=60)
     result = {
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_signature(),
         "sessions": args.sessions,
         "image": Path(args.image).name,
         "rss_started_mb": started,

@@ -18,11 +18,12 @@ peak LR, 1,000 warm-up steps and a cosine to 0 over both stages). K_p is half th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,7 +49,8 @@ def budgets(args: argparse.Namespace) -> dict[str, int]:
     once, before any training starts, and kept in ``<work>/budgets.json`` with the CPU)."""
     path = Path(args.work) / "budgets.json"
     if not path.is_file():
-        speeds = mode_speeds(dataclasses.replace(cell(args), threads=1))
+        torch.set_num_threads(1)  # as each recipe trains (--threads 1)
+        speeds = mode_speeds(cell(args))
         iters = {name: int(args.minutes * 60 * speeds[m]) // 1000 * 1000 for name, (m, _) in RECIPES.items()}
         path.parent.mkdir(parents=True, exist_ok=True)
         budget = {"cpu": cpu_signature(), "minutes": args.minutes, "speeds": speeds, "iters": iters}

@@ -220,14 +220,13 @@ def locate(
         reason = "the manifest names no Hub location"
     else:
         hub = entry.hub
-        where = f"{hub.repo_id}/{hub.filename}@{hub.revision}"
         try:
             path = download(
                 hub.repo_id, hub.filename, repo_type="model", revision=hub.revision, cache_dir=cache_dir,
                 endpoint=endpoint, offline=offline, timeout=timeout, token=token,
             )  # fmt: skip
         except DOWNLOAD_ERRORS as e:
-            reason = f"Hub download of {where} failed: {describe_error(e)}"
+            reason = f"Hub download failed: {describe_error(e)}"  # the same words for every entry
         else:
             try:
                 verify(path, entry, origin=f"downloaded from {hub.repo_id}@{hub.revision}")
@@ -264,19 +263,12 @@ def _warn_fallbacks(entries: Sequence[ZooEntry], found: Sequence[Resolved | Exce
     reasons: dict[str, list[str]] = {}
     for entry, result in zip(entries, found, strict=True):
         if isinstance(result, Resolved) and result.source == "bundled":
-            reasons.setdefault(_generic(result.detail, entry), []).append(entry.name)
+            reasons.setdefault(result.detail, []).append(entry.name)
     for reason, names in reasons.items():
         if len(names) == 1:
             log.warning("checkpoint %s: %s; using the bundled copy", names[0], reason)
         else:
             log.warning("%d checkpoints: %s; using the bundled copies", len(names), reason)
-
-
-def _generic(reason: str, entry: ZooEntry) -> str:
-    """``reason`` without the entry's own Hub location, so that the same fault reads the same for all."""
-    if entry.hub is None:
-        return reason
-    return reason.replace(f" of {entry.hub.repo_id}/{entry.hub.filename}@{entry.hub.revision}", "")
 
 
 def _late(entry: ZooEntry, timeout: float, options: dict[str, Any]) -> Resolved | Exception:

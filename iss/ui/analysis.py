@@ -9,6 +9,7 @@ the zoo factory makes them (``iss.ui.recording.TrainRecorder``). No gradio.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -221,7 +222,7 @@ def build_live_run(
 def _recorded_state(start: str) -> tuple[Path, dict[str, Any]]:
     """Path of the state file named ``<recording> @ <iteration>`` and the recording's config."""
     name, _, iteration = start.partition(" @ ")
-    if name.strip() in recording_names():
+    with contextlib.suppress(KeyError):  # not a bundled recording: the list of states says what is
         folder = _recording_folder(name.strip())
         config, _ = load_recording(folder)
         for state in config.get("states", []):

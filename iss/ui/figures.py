@@ -81,12 +81,10 @@ def moving_average(values: Sequence[float], window: int) -> np.ndarray:
     """Trailing mean over ``window`` values (NaNs ignored; fewer at the start): flips come in spikes."""
     y = np.asarray(values, np.float64)
     finite = np.isfinite(y)
-    sums = np.cumsum(np.where(finite, y, 0.0))
-    counts = np.cumsum(finite)
-    lag = np.concatenate([np.zeros(window), sums[:-window]]) if len(y) > window else np.zeros(len(y))
-    lag_counts = np.concatenate([np.zeros(window), counts[:-window]]) if len(y) > window else np.zeros(len(y))
+    totals = np.cumsum([np.where(finite, y, 0.0), finite], axis=1)  # running sums of values and counts
+    totals[:, window:] -= totals[:, :-window].copy()
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (sums - lag) / (counts - lag_counts)
+        return totals[0] / totals[1]
 
 
 def mask_dynamics_figure(

@@ -164,21 +164,14 @@ def zoo_vs_paper(zoo_path: str | None = None) -> list[list[Any]]:
             theirs = next((r for r in paper if _cell(r) == cell and r["method"] == entry.method), None)
             if not entry.metrics and not theirs:
                 continue  # nothing to compare (an entry not evaluated yet)
+            ours = entry.metrics or {}
             scores = [
-                _score((entry.metrics or {}).get(s)) + f" ({_score(theirs['metrics'].get(s))})" if theirs
-                else _score((entry.metrics or {}).get(s))
+                _score(ours.get(s)) + (f" ({_score(theirs['metrics'].get(s))})" if theirs else "")
                 for s in iss.data.BENCHMARKS
-            ]  # fmt: skip
+            ]
+            table = f"Table {theirs['table']}" if theirs else "not in the paper"
             iterations = (entry.budget or {}).get("iterations", "")
-            rows.append(
-                [
-                    name,
-                    entry.method,
-                    iterations,
-                    *scores,
-                    f"Table {theirs['table']}" if theirs else "not in the paper",
-                ]
-            )
+            rows.append([name, entry.method, iterations, *scores, table])
         if len(rows) == shown:
             continue
         bicubic = bicubic_results(scale)
