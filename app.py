@@ -23,6 +23,7 @@ import gradio as gr
 import torch
 
 import iss
+import iss.sparse.speed
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
 from iss.ui import analysis, compare, cost, gpu, sparsity
@@ -269,7 +270,7 @@ def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tupl
         gr.update(choices=found, value=ratio),
         gr.update(choices=methods, value=methods),
         compare.availability(backbone, int(scale), zoo_path),
-        iss.speed.sparse_by_default(backbone, compare.default_device()),
+        iss.sparse.speed.sparse_by_default(backbone, compare.default_device()),
     )
 
 
@@ -318,7 +319,7 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 compare.all_methods(zoo_path), value=methods0, label="Methods to compare"
             )  # every method the zoo has (what the API accepts); narrowed to this backbone's on load
             sparse = gr.Checkbox(
-                iss.speed.sparse_by_default(arch0, compare.default_device()),
+                iss.sparse.speed.sparse_by_default(arch0, compare.default_device()),
                 label="Sparse kernels (iss.sparsify)",
                 info=compare.sparse_kernel_note(),
             )

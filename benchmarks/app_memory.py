@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iss.train import cpu_signature  # noqa: E402
+from iss.train.loop import cpu_signature  # noqa: E402
 from iss.ui import analysis, compare  # noqa: E402
 
 

@@ -6,7 +6,7 @@ layer's weights zeroed by the scratch pruner), each the median of ``--reps`` tim
 the seconds to build both runs of a live run (models, masks, optimizers).
 Speeds are GFLOP/s of the FLOPs ``iss.ui.cost.trace`` counts, so the app can scale them to any input size::
 
-    python benchmarks/app_speed.py --threads 2 [--out iss/speed.json]
+    python benchmarks/app_speed.py --threads 2 [--out iss/sparse/speed.json]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 import iss
+from iss.sparse import speed
 from iss.ui import analysis, cost
 
 
@@ -43,7 +44,7 @@ def train_speed(arch: str, reps: int, batch: int = 4, patch: int = 16, scale: in
     torch.manual_seed(0)
     model = iss.archs.build(arch, scale)
     pruner = iss.pruning.build("iss-p", model, 0.95, prune_iters=10_000)
-    trainer = iss.train.Trainer(model, pruner, iss.train_config.TrainConfig())
+    trainer = iss.train.Trainer(model, pruner, iss.train.TrainConfig())
     lr, hr = torch.rand(batch, 3, patch, patch), torch.rand(batch, 3, patch * scale, patch * scale)
     seconds = median_seconds(lambda: trainer.step(lr, hr), reps)
     c = cost.trace(arch, scale, patch, patch)
@@ -74,21 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--archs", default=",".join(iss.archs.list_archs()))
-    p.add_argument("--out", type=Path, default=iss.speed.SPEED_FILE)
+    p.add_argument("--out", type=Path, default=speed.SPEED_FILE)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = round(os.getloadavg()[0], 1)
-    speeds: dict[str, dict[str, float]] = {kind: {} for kind in (*iss.speed.KINDS, iss.speed.SETUP)}
+    speeds: dict[str, dict[str, float]] = {kind: {} for kind in (*speed.KINDS, speed.SETUP)}
     for arch in args.archs.split(","):
         speeds["train"][arch] = round(train_speed(arch, args.reps), 1)
         dense, sparse = inference_speeds(arch, args.reps)
         speeds["dense"][arch], speeds["sparse"][arch] = round(dense, 1), round(sparse, 1)
-        speeds[iss.speed.SETUP][arch] = round(setup_seconds(arch, min(args.reps, 2)), 1)
+        speeds[speed.SETUP][arch] = round(setup_seconds(arch, min(args.reps, 2)), 1)
         print(arch, {kind: table[arch] for kind, table in speeds.items()}, flush=True)
-    for kind in iss.speed.KINDS:  # unknown backbones: the slowest measured, so estimates err on the long side
+    for kind in speed.KINDS:  # unknown backbones: the slowest measured, so estimates err on the long side
         speeds[kind]["default"] = min(speeds[kind].values())
-    speeds[iss.speed.SETUP]["default"] = max(speeds[iss.speed.SETUP].values())
+    speeds[speed.SETUP]["default"] = max(speeds[speed.SETUP].values())
     record = {
         "command": "python benchmarks/app_speed.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",

@@ -47,8 +47,7 @@ import torch
 from sparse_inference import build, load_average, platform_cpu, run_memory
 from torch import nn
 
-import iss.spmm
-from iss.sparse import sparse_path, sparsify
+from iss.sparse import kernels, sparse_path, sparsify
 
 ENGINES = ("pytorch", "iss", "onnxruntime", "openvino", "deepsparse")
 DENSE_ENGINES = ("pytorch", "onnxruntime", "openvino")
@@ -397,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     env = dict(torch=torch.__version__, cpu=platform_cpu(), load_before=load_average(), versions=versions(),
                omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"),
-               kernels="C (iss.spmm)" if iss.spmm.load() is not None else "pure PyTorch (MKL)")  # fmt: skip
+               kernels="C" if kernels.load() is not None else "pure PyTorch (MKL)")  # fmt: skip
     memory = [] if args.no_memory else measure_memory(args)  # first: a child's max RSS starts from ours
     workdir = Path(tempfile.mkdtemp(prefix="iss-engines-"))
     try:

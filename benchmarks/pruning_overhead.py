@@ -41,7 +41,7 @@ from torch import nn
 
 import iss.archs
 import iss.pruning
-from iss.pruning.telemetry import TelemetryRecorder
+from iss.pruning import TelemetryRecorder
 
 RATIO = 0.95
 ALPHA = 0.95

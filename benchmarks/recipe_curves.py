@@ -28,8 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iss.train import cpu_signature, mode_speeds  # noqa: E402
-from iss.train_config import TrainConfig  # noqa: E402
+from iss.train import TrainConfig  # noqa: E402
+from iss.train.loop import cpu_signature, mode_speeds  # noqa: E402
 
 VALIDATIONS = 12
 RECIPES = {  # name: (mode, extra train flags)

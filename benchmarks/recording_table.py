@@ -13,7 +13,7 @@ import argparse
 import math
 from pathlib import Path
 
-from iss.ui.recording import RunTrace, load_recording
+from iss.train.recording import RunTrace, load_recording
 
 
 def prune_stage(trace: RunTrace) -> list[tuple[int, float]]:

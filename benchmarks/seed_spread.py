@@ -8,7 +8,7 @@
 
 Both commands write ``<work>/plan_seed<N>.json`` (the plan's groups and methods named, at seed N, the budget
 otherwise unchanged; the cells of other groups in ``<work>/seed<N>`` are kept, only not reported). ``train``
-trains it in ``<work>/seed<N>`` through ``iss.factory``, resumable like ``zoo train``.
+trains it in ``<work>/seed<N>`` through ``iss.zoo.factory``, resumable like ``zoo train``.
 ``report`` takes seed 0 from the zoo manifest (its entries must have the plan's budget), evaluates the other
 seeds' cells on the sets still missing, and prints each method's PSNR over the seeds (mean, min-max) and, per
 seed, the first method's lead over the second.
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from iss.data import BENCHMARKS
-from iss.factory import add_recordings, evaluate_cell, status, train_plan
-from iss.plan import Cell, group_name, load_plan
 from iss.zoo import load_zoo
+from iss.zoo.factory import add_recordings, evaluate_cell, status, train_plan
+from iss.zoo.plan import Cell, group_name, load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def write_plans(base: Path, groups: list[str], methods: list[str], seeds: list[i
 
 
 def _budget_matches(entry_budget: dict, cell: Cell) -> bool:
-    """Whether a zoo entry was trained at ``cell``'s budget (what ``iss.plan`` holds equal in a group; K_p is
+    """Whether a zoo entry was trained at ``cell``'s budget (what the plan holds equal in a group; K_p is
     the one the method trained with, 0 for L1 and scratch, as the zoo records it)."""
     prune_iters = cell.config(["."], ".").prune_iters
     wanted = {"iterations": cell.iters, "prune_iters": prune_iters, "batch": cell.batch,

@@ -40,9 +40,8 @@ from torch import nn
 import iss.archs
 import iss.checkpoint
 import iss.pruning
-import iss.spmm
-from iss.fused import FusedSwinBlock
-from iss.sparse import SparseConv2d, SparseLinear, layer_modes, sparsify
+from iss.sparse import SparseConv2d, SparseLinear, kernels, layer_modes, sparsify
+from iss.sparse.fused import FusedSwinBlock
 
 ARCHS = ("edsr-l", "swinir-light")
 RATIOS = (0.9, 0.95, 0.99)
@@ -258,7 +257,7 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
         f"{env['load_before']} before / {env['load_after']} after (shared machine). {args.reps} interleaved "
         "repetitions; speedup = median dense / median sparse (min-based in brackets). Random per-layer masks "
         "with exactly `ceil(ratio * n)` zeros (the scratch pruner) on a random-init model. "
-        "conv / linear / swin / other = ms inside Conv2d, Linear, fused Swin blocks (`iss.fused`) and "
+        "conv / linear / swin / other = ms inside Conv2d, Linear, fused Swin blocks (`iss.sparse.fused`) and "
         "everything else (one extra hooked run each).",
         "",
         "| arch | threads | ratio | dense ms | sparse ms | speedup | sparse layers (fused blocks count 1) "
@@ -325,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         args.no_memory = True
     env = dict(torch=torch.__version__, cpu=platform_cpu(), load_before=load_average(),
                omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"),
-               kernels="C (iss.spmm)" if iss.spmm.load() is not None else "pure PyTorch (MKL)")  # fmt: skip
+               kernels="C" if kernels.load() is not None else "pure PyTorch (MKL)")  # fmt: skip
     memory = []  # first, while this process is small: a child's max RSS starts from its parent's at fork
     if not args.no_memory:
         threads = max(args.threads)

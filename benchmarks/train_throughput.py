@@ -34,7 +34,7 @@ import torch
 from iss import archs, pruning
 from iss.data import DevicePatches, TrainPatches
 from iss.train import Trainer
-from iss.train_config import TrainConfig
+from iss.train.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {
@@ -230,7 +230,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _device_name(device: torch.device) -> str:
-    from iss.factory import device_name
+    from iss.zoo.factory import device_name
 
     return device_name(str(device))
 

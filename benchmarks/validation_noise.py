@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from iss.data import modcrop, read_image  # noqa: E402
-from iss.resize import imresize  # noqa: E402
-from iss.ui import analysis, recording  # noqa: E402
+from iss.data.resize import imresize  # noqa: E402
+from iss.train import recording  # noqa: E402
+from iss.ui import analysis  # noqa: E402
 
 
 def larger_set(scale: int, size: int = 144) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -1,7 +1,7 @@
 """ISS-SR: Iterative Soft Shrinkage learning for sparse image super-resolution (ICCV 2023).
 
 Submodules load lazily so that ``import iss`` stays cheap for the CLI and the app:
-``iss.archs.build``, ``iss.pruning.build``, ``iss.imresize``, ``iss.metrics.psnr_y``, ... A zoo model in one
+``iss.archs.build``, ``iss.pruning.build``, ``iss.imresize``, ``iss.sparsify``, ... A zoo model in one
 line: ``model = iss.load("swinir-light_x4_iss-p_r0.95")``, then ``iss.upscale(model, "photo.png")``.
 """
 
@@ -13,13 +13,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _SUBMODULES = (
-    "archs", "pruning", "resize", "metrics", "data", "infer", "evaluate",
-    "train", "train_config", "checkpoint", "hub", "zoo", "sparse", "fused", "spmm", "registry", "speed",
-    "pretrained",
+    "archs", "pruning", "data", "train", "checkpoint", "infer", "evaluate", "sparse", "zoo", "registry",
+    "cli",
 )  # fmt: skip
 _FUNCTIONS = {
-    "imresize": "resize", "sparsify": "sparse", "load": "pretrained", "list_models": "pretrained",
-    "upscale": "pretrained",
+    "imresize": "data.resize", "sparsify": "sparse",
+    "load": "zoo.pretrained", "list_models": "zoo.pretrained", "upscale": "zoo.pretrained",
 }  # fmt: skip
 
 __all__ = [*_SUBMODULES, *_FUNCTIONS]

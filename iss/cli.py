@@ -1,4 +1,4 @@
-"""``python -m iss <command>``: one subcommand per module, each module owning its own arguments.
+"""``python -m iss <command>``: one subcommand per package, each owning its own arguments.
 
 A command module exposes ``add_arguments(parser)`` and ``run(args) -> int``. User mistakes raise
 ``UsageError`` (or ValueError, FileNotFoundError, KeyError): one line on stderr and exit 2.
@@ -12,9 +12,9 @@ import sys
 
 COMMANDS = {
     "eval": ("iss.evaluate", "evaluate bicubic, an architecture or a checkpoint on benchmark sets"),
-    "train": ("iss.train", "train a sparse SR network with a pruning method"),
-    "zoo": ("iss.zoo", "list, fetch, publish or train the checkpoint zoo"),
-    "upscale": ("iss.pretrained", "upscale image files, folders or globs with a zoo model or a checkpoint"),
+    "train": ("iss.train.cli", "train a sparse SR network with a pruning method"),
+    "zoo": ("iss.zoo.cli", "list, fetch, publish or train the checkpoint zoo"),
+    "upscale": ("iss.zoo.pretrained", "upscale image files, folders or globs with a zoo model or checkpoint"),
 }
 
 

@@ -2,7 +2,7 @@
 
 The protocol is the one behind the SwinIR/CAT/ISS-P tables: LR from MATLAB bicubic of the mod-cropped HR, the
 SR output quantised to uint8, PSNR and SSIM on BT.601 Y with ``scale`` pixels cropped from every side (see
-``iss.metrics``). ``--rgb`` measures PSNR on RGB instead, as BasicSR's EDSR configs do.
+``iss.data.metrics``). ``--rgb`` measures PSNR on RGB instead, as BasicSR's EDSR configs do.
 
 Examples::
 
@@ -25,10 +25,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from . import metrics
-from .cli import UsageError
-from .data import BENCHMARKS, BenchmarkSet, benchmark_name
-from .infer import Upscaler, bicubic_upscaler, model_upscaler
+from iss.cli import UsageError
+from iss.data import BENCHMARKS, BenchmarkSet, benchmark_name, metrics
+from iss.infer import Upscaler, bicubic_upscaler, model_upscaler
 
 __all__ = ["SCALES", "add_arguments", "evaluate", "format_table", "run"]
 
@@ -150,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     channel = "Y" if not args.rgb else "RGB (PSNR), Y (SSIM)"
     title = f"{args.model} x{scale}, {channel}, border {scale}, {seconds:.1f} s"
     if args.sparse:
-        from .sparse import sparse_path
+        from iss.sparse import sparse_path
 
         title += f" ({sparse_path(model)})"
     print(format_table(results, title))
@@ -167,7 +166,7 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
         raise UsageError(f"--tile must be larger than --overlap ({args.overlap}) >= 0, got {args.tile}")
     if args.model == "bicubic":
         return bicubic_upscaler(_check_scale(args.scale)), args.scale, None
-    from . import archs  # lazy: torch model code is not needed for bicubic
+    from iss import archs  # lazy: torch model code is not needed for bicubic
 
     device = _device(args.device)
     if args.model in archs.list_archs():
@@ -180,7 +179,7 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
             raise FileNotFoundError(f"weights file {args.weights} not found")
         model = archs.load_official(archs.build(args.model, scale), args.weights)
     elif Path(args.model).suffix == ".safetensors":
-        from . import checkpoint  # lazy: only for our own checkpoints
+        from iss import checkpoint  # lazy: only for our own checkpoints
 
         model, meta = checkpoint.load(args.model)
         scale = _check_scale(args.scale if args.scale is not None else int(meta["scale"]))
@@ -199,7 +198,7 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
     if args.sparse:
         if device.type != "cpu":
             raise UsageError("--sparse runs on the CPU only: add --device cpu")
-        from .sparse import sparsify  # lazy: only when asked for
+        from iss.sparse import sparsify  # lazy: only when asked for
 
         model = sparsify(model)
     return model_upscaler(model, tile=args.tile, overlap=args.overlap, device=device), scale, model
@@ -257,7 +256,7 @@ def _has_set(data_dir: Path, name: str) -> bool:
 
 def _fetch(name: str) -> Path:
     """Download a set's HR images from the Hub and return the folder holding ``<Set>/HR``."""
-    from .hub import fetch_benchmark  # lazy: huggingface_hub is imported only when a set is downloaded
+    from iss.zoo.hub import fetch_benchmark  # lazy: huggingface_hub is imported only when a set is downloaded
 
     folder = Path(fetch_benchmark(benchmark_name(name)))
     return folder.parent if (folder / "HR").is_dir() else folder

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import to_rgb_uint8, to_tensor, to_uint8
+from iss.data import to_rgb_uint8, to_tensor, to_uint8
 
 __all__ = [
     "AUTO_TILE",
@@ -129,7 +129,7 @@ def model_upscaler(
 
 def bicubic_upscaler(scale: int) -> Upscaler:
     """The bicubic baseline: MATLAB ``imresize(lr, scale)`` (the "Bicubic" row of every SR table)."""
-    from .resize import imresize
+    from iss.data.resize import imresize
 
     def run(lr: np.ndarray) -> np.ndarray:
         return imresize(lr, scale)

@@ -1,5 +1,5 @@
 """Shared fixtures: where the benchmark and training data live (never committed; see README), an isolated
-Hub for the tests of ``iss.hub`` and ``iss.zoo`` (no request may leave 127.0.0.1), and a tiny zoo.
+Hub for the tests of ``iss.zoo.hub`` and ``iss.zoo`` (no request may leave 127.0.0.1), and a tiny zoo.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from huggingface_hub import constants
 from PIL import Image
 
 import iss
-import iss.spmm
+import iss.sparse.kernels
 
 DATA = Path(os.environ.get("ISS_DATA_DIR", ROOT.parent / "shared" / "data"))
 
@@ -30,8 +30,8 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run the test with iss.sparse's compiled C kernels, then with the pure-PyTorch (MKL) fallback."""
     if request.param == "mkl":
-        monkeypatch.setattr(iss.spmm, "load", lambda: None)
-    elif iss.spmm.load() is None:
+        monkeypatch.setattr(iss.sparse.kernels, "load", lambda: None)
+    elif iss.sparse.kernels.load() is None:
         pytest.skip("no C compiler: the compiled kernels are unavailable (CI installs gcc)")
     return request.param
 

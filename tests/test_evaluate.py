@@ -12,11 +12,11 @@ import pytest
 import torch
 from PIL import Image
 
-import iss.hub
+import iss.zoo.hub
 from iss.cli import main
+from iss.data.metrics import psnr_y, ssim_y
 from iss.evaluate import evaluate, format_table
 from iss.infer import bicubic_upscaler, model_upscaler
-from iss.metrics import psnr_y, ssim_y
 
 # The bicubic row of the SR literature (Y channel, border = scale), and the tolerance of issue 2.
 PUBLISHED_SET5 = {2: (33.66, 0.9299), 3: (30.39, 0.8682), 4: (28.42, 0.8104)}
@@ -173,7 +173,7 @@ def test_download_fetches_only_missing_sets(
         fetched.append(name)
         return hub_root
 
-    monkeypatch.setattr(iss.hub, "fetch_benchmark", fake_fetch)
+    monkeypatch.setattr(iss.zoo.hub, "fetch_benchmark", fake_fetch)
     out = tmp_path / "dl.json"
     args = ["--scale", "2", "--datasets", "Set5,set14", "--data-dir", str(tiny_set), "--download", "--json"]
     assert _eval(*args, str(out)) == 0

@@ -12,8 +12,8 @@ from torch import nn
 
 import iss.infer
 from iss.data import to_tensor
+from iss.data.resize import imresize
 from iss.infer import bicubic_upscaler, forward_tiled, model_upscaler, upscale
-from iss.resize import imresize
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,8 @@ from typing import Any, get_type_hints
 import torch
 from torch import Tensor, nn
 
-from ..registry import ARCHS
+from iss.registry import ARCHS
+
 from . import cat, edsr, swinir  # noqa: F401  (importing registers the architectures)
 
 __all__ = ["build", "check_overrides", "list_archs", "load_official"]

@@ -19,7 +19,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..registry import ARCHS
+from iss.registry import ARCHS
+
 from .common import (
     RGB_MEAN,
     DropPath,

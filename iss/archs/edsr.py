@@ -15,7 +15,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..registry import ARCHS
+from iss.registry import ARCHS
+
 from .common import RGB_MEAN, Option, Upsample, check_scale
 
 __all__ = ["EDSR", "checkpoint_filter_fn", "edsr_baseline", "edsr_l"]

@@ -27,10 +27,11 @@ from typing import Any
 
 from torch import nn
 
-from ..registry import PRUNERS
+from iss.registry import PRUNERS
+
 from . import assl, iht, iss_p, iss_r, l1, scratch, srp  # noqa: F401  (registration)
-from .base import Pruner
-from .telemetry import StepStats, TelemetryRecorder
+from .base import Pruner, TelemetryRecorder
+from .telemetry import StepStats
 
 _PAPER_ORDER = ("scratch", "l1", "iht", "iss-r", "iss-p", "srp", "assl")
 __all__ = ["Pruner", "StepStats", "TelemetryRecorder", "build", "list_methods", "options"]

@@ -8,7 +8,8 @@ from fnmatch import fnmatchcase
 import torch
 from torch import Tensor, nn
 
-from ..registry import PRUNERS
+from iss.registry import PRUNERS
+
 from .base import LayerGroup
 from .iss_r import GrowingL2
 from .schedule import ETA_INTERVAL, ETA_MAX, SSA_ITERS, STABILIZE_ITERS, growth_schedule

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from ..registry import PRUNERS
+from iss.registry import PRUNERS
+
 from .iss_p import ISSP, PAPER_PRUNE_ITERS
 
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from ..registry import PRUNERS
+from iss.registry import PRUNERS
+
 from .base import Pruner
 
 PAPER_PRUNE_ITERS = 100_000  # K_p of the paper (Sec. 4, implementation details)

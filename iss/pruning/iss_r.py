@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..registry import PRUNERS
+from iss.registry import PRUNERS
+
 from .base import Pruner
 from .schedule import ETA_INTERVAL, ETA_MAX, GrowthSchedule, growth_schedule
 

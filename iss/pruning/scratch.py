@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..registry import PRUNERS
+from iss.registry import PRUNERS
+
 from .base import Pruner, select_nm, select_smallest
 
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from ..registry import PRUNERS
+from iss.registry import PRUNERS
+
 from .iss_r import GrowingL2
 from .schedule import ETA_INTERVAL, ETA_MAX, STABILIZE_ITERS, growth_schedule
 

@@ -1,5 +1,5 @@
 """The Gradio app's logic without gradio, one module per tab (``compare.py``, ``analysis.py``,
-``sparsity.py``), plus plotly figures (``figures.py``) and recorded analysis runs (``recording.py``).
+``sparsity.py``), plus plotly figures (``figures.py``) and time and memory estimates (``cost.py``).
 ``app.py`` only lays out components and wires them.
 
 ``gpu`` is ``spaces.GPU`` when the ``spaces`` package is importable (Hugging Face ZeroGPU Spaces; a no-op

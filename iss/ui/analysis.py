@@ -4,7 +4,7 @@ A live run (``train_live``) is planned and bounded by ``plan_live_run`` (expecte
 ``iss.ui.cost``), built by ``build_live_run`` and fed by ``training_batches``; it stops cleanly between
 iterations when its ``stop`` event is set. The recorded runs bundled in ``assets/recordings`` are shown whole
 and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P and IHT differ);
-the zoo factory makes them (``iss.ui.recording.TrainRecorder``). No gradio.
+the zoo factory makes them (``iss.train.recording.TrainRecorder``). No gradio.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import torch
 from torch import nn
 
 import iss
+import iss.sparse.speed
+import iss.train.config
+import iss.train.recording
 from iss.train import NonFiniteLossError
-from iss.ui import cost, figures
-from iss.ui.compare import ASSETS, EXAMPLES_DIR, SCALES, default_device
-from iss.ui.recording import (
+from iss.train.recording import (
     RUNS,
     RunTrace,
     list_recordings,
@@ -40,6 +41,9 @@ from iss.ui.recording import (
     validate,
     validation_pair,
 )
+
+from . import cost, figures
+from .compare import ASSETS, EXAMPLES_DIR, SCALES, default_device
 
 RECORDINGS_DIR = ASSETS / "recordings"
 
@@ -206,7 +210,7 @@ def build_live_run(
     chosen = names if all_layers else list(layers or []) or default_layers(names)
     for model in models.values():
         model.to(device).train()
-    train_config = iss.train_config.TrainConfig(lr=lr)
+    train_config = iss.train.config.TrainConfig(lr=lr)
     trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
     start_iteration, restored = 0, False
     if state_path is not None:
@@ -339,7 +343,7 @@ def plan_live_run(
         notes.append(f"Iterations capped at {cap} (asked for {iterations}).")
         iterations = cap
     budget = cost.memory_budget(device)
-    speed = iss.speed.gflops("train", arch, device) * 1e9
+    speed = iss.sparse.speed.gflops("train", arch, device) * 1e9
 
     def flops(b: int, p: int) -> float:
         """FLOPs of one iteration of both runs at batch ``b`` and LR patch ``p``."""
@@ -376,8 +380,8 @@ def plan_live_run(
     memory, seconds = estimate(new_batch, new_patch)
     traced = cost.trace(arch, scale, new_patch, new_patch, arch_kwargs=arch_kwargs)
     validation = len(RUNS) * traced.forward_flops / new_patch**2 * (VALIDATION_SIZE / scale) ** 2
-    validation_seconds = validation / (iss.speed.gflops("dense", arch, device) * 1e9)
-    first = iss.speed.setup_seconds(arch, device) + seconds + validation_seconds
+    validation_seconds = validation / (iss.sparse.speed.gflops("dense", arch, device) * 1e9)
+    first = iss.sparse.speed.setup_seconds(arch, device) + seconds + validation_seconds
     return LivePlan(
         arch, scale, new_batch, new_patch, iterations, seconds, first, memory, budget, device,
         flops(new_batch, new_patch), notes,
@@ -459,7 +463,7 @@ def train_live(
     )  # fmt: skip
     batches = training_batches(plan.scale, plan.patch, plan.batch, data_dir, seed)
     pair = validation_pair(plan.scale)
-    iss.speed.observe_setup(plan.arch, device, time.perf_counter() - building)
+    iss.sparse.speed.observe_setup(plan.arch, device, time.perf_counter() - building)
     started = last_yield = time.perf_counter()
     stepping = 0.0  # seconds spent in training steps (for the speed estimate of later runs)
     done = 0
@@ -499,7 +503,7 @@ def train_live(
         )
         yield _live_update(run, done - 1, plan, time.perf_counter() - started, note)
     finally:
-        iss.speed.observe("train", plan.arch, device, plan.flops_per_iteration * done, stepping)
+        iss.sparse.speed.observe("train", plan.arch, device, plan.flops_per_iteration * done, stepping)
 
 
 def mask_summary(traces: dict[str, Any]) -> str:

@@ -30,7 +30,11 @@ from PIL import Image, ImageDraw, ImageFont
 from torch import nn
 
 import iss
-from iss.ui import cost
+import iss.data.metrics
+import iss.sparse.kernels
+import iss.sparse.speed
+
+from . import cost
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
@@ -74,7 +78,7 @@ def default_device() -> str:
 
 def sparse_kernel_note() -> str:
     """Which kernels the "sparse kernels" toggle runs (the compiled ones, or the slower fallback)."""
-    if iss.spmm.load() is None:
+    if iss.sparse.kernels.load() is None:
         return "CPU; pure-PyTorch fallback (no C compiler found), about half as fast as the C kernels"
     return "CPU; compiled C kernels, whole blocks fused; each layer stays dense where that is faster"
 
@@ -412,7 +416,7 @@ def estimate(
     """What ``compare`` with these arguments is expected to cost (loads the models, runs none)."""
     arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = iss.speed.sparse_by_default(arch, device) if sparse is None else sparse
+    sparse = iss.sparse.speed.sparse_by_default(arch, device) if sparse is None else sparse
     lr, hr, _ = prepare_input(image, mode, scale)
     return _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)[2]
 
@@ -472,7 +476,7 @@ def _expected_seconds(
         except (FileNotFoundError, ValueError, KeyError, OSError):
             continue  # the comparison says why
         flops = _inference_flops(meta["arch"], scale, lr_shape, meta.get("arch_kwargs"))
-        speed = iss.speed.gflops("sparse" if sparse else "dense", meta["arch"], device)
+        speed = iss.sparse.speed.gflops("sparse" if sparse else "dense", meta["arch"], device)
         seconds[method] = flops / (speed * 1e9)
     return seconds
 
@@ -517,13 +521,13 @@ def compare_steps(
     complete, with its PNG files.
 
     The input is cropped to its centre when the expected time is above ``MAX_SECONDS``. ``sparse`` (default
-    ``iss.speed.sparse_by_default``) runs the checkpoints through ``iss.sparsify``. A method whose checkpoint
-    is missing, corrupt or for another scale is not fatal: its table row says ``unavailable: <reason>`` and it
-    is left out of the images.
+    ``iss.sparse.speed.sparse_by_default``) runs the checkpoints through ``iss.sparsify``. A method whose
+    checkpoint is missing, corrupt or for another scale is not fatal: its table row says
+    ``unavailable: <reason>`` and it is left out of the images.
     """
     arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = iss.speed.sparse_by_default(arch, device) if sparse is None else sparse
+    sparse = iss.sparse.speed.sparse_by_default(arch, device) if sparse is None else sparse
     lr, hr, message = prepare_input(image, mode, scale)
     lr, hr, expected = _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)
     comp = Comparison(lr=lr, hr=hr)
@@ -539,8 +543,8 @@ def compare_steps(
                 notes.append(f"{name} is unavailable: {short_reason(e, limit=400)}")
             continue
         if hr is not None:
-            row[1] = round(iss.metrics.psnr_y(sr, hr, crop_border=scale), 2)
-            row[2] = round(iss.metrics.ssim_y(sr, hr, crop_border=scale), 4)
+            row[1] = round(iss.data.metrics.psnr_y(sr, hr, crop_border=scale), 2)
+            row[2] = round(iss.data.metrics.ssim_y(sr, hr, crop_border=scale), 4)
         comp.results[name] = sr
         comp.rows.append(row)
         if name != BICUBIC:
@@ -601,7 +605,7 @@ def _run_method(
     key = (entry, device, sparse, zoo_path)
     if key in _WARM or not sparse:  # a sparse model's first call times its layers: no measure of speed
         flops = _inference_flops(meta["arch"], scale, lr.shape[:2], meta.get("arch_kwargs"))
-        iss.speed.observe("sparse" if sparse else "dense", meta["arch"], device, flops, seconds)
+        iss.sparse.speed.observe("sparse" if sparse else "dense", meta["arch"], device, flops, seconds)
     _WARM.add(key)
     kept, total = meta["kept"], meta["total"]
     size = f"{meta['size_bytes'] / 1e6:.2f} MB"
@@ -670,7 +674,7 @@ def zoom_grid(
         crop = Image.fromarray(img[y0:y1, x0:x1]).resize((display, display), Image.NEAREST)
         caption = {HR_LABEL: "HR", LR_LABEL: "LR (nearest)"}.get(name, name)
         if comp.hr is not None and name not in (HR_LABEL, LR_LABEL):
-            caption += f" {iss.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f}"
+            caption += f" {iss.data.metrics.psnr_y(img[y0:y1, x0:x1], comp.hr[y0:y1, x0:x1], 0):.2f}"
         tiles.append((np.asarray(crop), caption))
     return tiles
 

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from iss.ui.recording import RunTrace
+from iss.train.recording import RunTrace
 
 RUN_COLORS = {"iss-p": "#e66100", "iht": "#1a5fb4"}  # orange and blue: apart for every colour vision
 RUN_LABELS = {"iss-p": "ISS-P", "iht": "IHT"}

@@ -20,8 +20,9 @@ import numpy as np
 from torch import nn
 
 import iss
-from iss.ui import figures
-from iss.ui.compare import BICUBIC, bicubic_results, load_model, short_reason, zoo
+
+from . import figures
+from .compare import BICUBIC, bicubic_results, load_model, short_reason, zoo
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.json")
 ZOO_VS_PAPER_HEADERS = [

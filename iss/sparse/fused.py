@@ -1,0 +1,206 @@
+"""Whole blocks of a :func:`iss.sparsify`-ed model in one pass: what is left once the pruned layers are fast.
+
+With the convs and Linears sparse, most of the remaining time is the ops between them, run by PyTorch one
+at a time, each reading and writing a full activation tensor:
+
+* EDSR's residual block, ``x + conv2(relu(conv1(x))) * res_scale``: the ReLU, the scaling and the residual
+  add are done by the sparse conv kernel as it stores its outputs (:class:`SparseResidualBlock`).
+* A conv followed by a pixel shuffle (the upsamplers of EDSR and SwinIR): the kernel stores its outputs
+  where the shuffle puts them (:class:`SparseConvShuffle`); at x4 that saves copying the largest tensors.
+* SwinIR's transformer block (LayerNorm, cyclic shift, window partition, attention with its position bias and
+  mask, softmax, GELU, residuals): ``csrc/swin.c`` runs the whole block per 8x8 window on a channel-major copy
+  that stays in cache (:class:`FusedSwinBlock`), with the sparse Linears inside.
+
+Like the layers, a fused Swin block times itself against the per-layer path on its first call and keeps the
+faster (EDSR's fusion cannot lose: it is the same kernel, minus passes). Both need the compiled kernels;
+without them the per-layer path runs unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from iss.archs.common import shifted_window_mask
+from iss.archs.edsr import ResidualBlock
+from iss.archs.swinir import SwinTransformerBlock
+
+from . import kernels
+from .layers import SparseConv2d, SparseLinear, _Plan, _run_chunks
+
+__all__ = ["FusedSwinBlock", "SparseConvShuffle", "SparseResidualBlock", "fuse"]
+
+
+class SparseResidualBlock(nn.Module):
+    """EDSR's residual block with the ReLU, scaling and residual add done inside the sparse convs."""
+
+    def __init__(self, block: ResidualBlock) -> None:
+        super().__init__()
+        self.conv1, self.conv2, self.res_scale = block.conv1, block.conv2, block.res_scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv2(self.conv1(x, relu=True), scale=self.res_scale, residual=x)
+
+
+class SparseConvShuffle(nn.Module):
+    """``pixel_shuffle(conv(x), factor)`` with the shuffle done by the sparse conv kernel's stores."""
+
+    def __init__(self, conv: SparseConv2d, factor: int) -> None:
+        super().__init__()
+        self.conv, self.factor = conv, factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x, shuffle=self.factor)
+
+
+class FusedSwinBlock(nn.Module):
+    """A Swin transformer block run by ``iss_swin_windows`` (one pass per window), or by the wrapped block
+    (its Linears sparse layer by layer) when that measured faster on the first call."""
+
+    def __init__(self, block: SwinTransformerBlock, plan: _Plan) -> None:
+        super().__init__()
+        self.block: SwinTransformerBlock | None = block
+        self.mode = "undecided"  # -> "fused" or "layers"
+        self._plan = plan
+        self._weights: kernels.SwinBlock | None = _swin_weights(block)
+
+    def forward(self, x: Tensor, size: tuple[int, int]) -> Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise ValueError("fused blocks are inference-only: call them under torch.inference_mode()")
+        if x.dtype != torch.float32 and self.block is not None:  # the kernel is float32-only
+            return self.block(x, size)
+        if self.mode == "undecided":
+            self._decide(x, size)
+        if self.mode == "layers":
+            return self.block(x, size)
+        return self._fused(x, size)
+
+    def _decide(self, x: Tensor, size: tuple[int, int]) -> None:
+        """Time fused against per-layer on ``x`` (or reuse a twin block's result); drop the loser."""
+        c = x.shape[-1]
+        zeros = tuple(round(layer.zeros, 3) for layer in _linears(self.block))
+        key = ("swin", c, self._weights.heads, self._weights.window_size, self._weights.shift > 0, *size,
+               x.shape[0], zeros, torch.get_num_threads())  # fmt: skip
+        use_fused = self._plan.use_sparse(key, lambda: self.block(x, size), lambda: self._fused(x, size))
+        self.mode = "fused" if use_fused else "layers"
+        if use_fused:
+            self.block = None
+        else:
+            self._weights = None
+
+    def _fused(self, x: Tensor, size: tuple[int, int]) -> Tensor:
+        """Every window of every image through ``iss_swin_windows``, spread over the pool's threads."""
+        weights, (h, w) = self._weights, size
+        if x.device.type != "cpu" or x.dtype != torch.float32:
+            raise ValueError(f"the fused Swin block runs float32 on CPU, got {x.dtype} on {x.device.type}")
+        tokens = x.contiguous()
+        out = torch.empty_like(tokens)
+        count = (h // weights.window_size) * (w // weights.window_size)
+        step = max(1, math.ceil(count * x.shape[0] / (4 * torch.get_num_threads())))
+        jobs = [(i, start) for i in range(x.shape[0]) for start in range(0, count, step)]
+
+        def job(start: tuple[int, int], buffers: list[Tensor]) -> None:
+            i, first = start
+            windows = range(first, min(count, first + step))
+            kernels.swin_windows(out[i], tokens[i], weights, size=size, windows=windows, buffer=buffers[0])
+
+        n = weights.window_size**2
+        nnz = sum(csr.values.numel() for csr, _ in weights.linears)
+        work = x.shape[0] * h * w * (nnz + 2 * n * weights.channels)  # multiply-adds: Linears, attention
+        _run_chunks(job, jobs, work, lambda: [x.new_empty(weights.buffer_size())])
+        return out
+
+    def extra_repr(self) -> str:
+        return f"mode={self.mode}"
+
+
+def _linears(block: SwinTransformerBlock) -> tuple[nn.Module, ...]:
+    return block.attn.qkv, block.attn.proj, block.mlp.fc1, block.mlp.fc2
+
+
+def _offset_csr(layer: SparseLinear, n: int, row_scale: Tensor | None = None) -> kernels.OffsetCSR:
+    """``layer``'s CSR as the kernel reads it from channel-major windows of ``n`` tokens."""
+    csr = layer.csr
+    values = csr.values()
+    if row_scale is not None:
+        rows = torch.repeat_interleave(torch.arange(layer.out_features), csr.crow_indices().diff().long())
+        values = values * row_scale[rows]
+    return kernels.OffsetCSR.build(csr.crow_indices(), csr.col_indices().long() * n, values)
+
+
+def _swin_weights(block: SwinTransformerBlock) -> kernels.SwinBlock:
+    """``block``'s parameters in the fused kernel's layout (queries pre-scaled, position bias transposed)."""
+    attn, n = block.attn, block.window_size**2
+    c = block.norm1.normalized_shape[0]
+    scale = torch.ones(3 * c)
+    scale[:c] = (c // attn.num_heads) ** -0.5
+
+    def f32(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.detach().float().contiguous()
+
+    qkv, proj, fc1, fc2 = _linears(block)
+    linears = (
+        (_offset_csr(qkv, n, scale), f32(None if qkv.bias is None else qkv.bias * scale)),
+        *((_offset_csr(layer, n), f32(layer.bias)) for layer in (proj, fc1, fc2)),
+    )
+    with torch.no_grad():
+        position_bias = attn.position_bias().transpose(1, 2).contiguous().float()
+    ws, shift, mask = block.window_size, block.shift_size, None
+    if shift:  # a 2x2-window image has one window of each kind (see kernels.SwinBlock)
+        mask = shifted_window_mask((2 * ws, 2 * ws), (ws, ws), (shift, shift), torch.device("cpu"))
+        mask = mask.transpose(1, 2).contiguous().float()
+    weights = kernels.SwinBlock(
+        window_size=ws,
+        shift=shift,
+        heads=attn.num_heads,
+        norm1=(f32(block.norm1.weight), f32(block.norm1.bias), block.norm1.eps),
+        norm2=(f32(block.norm2.weight), f32(block.norm2.bias), block.norm2.eps),
+        linears=linears,
+        position_bias=position_bias,
+        mask=mask,
+    )
+    weights.check()
+    return weights
+
+
+def _fusable_swin(block: nn.Module) -> bool:
+    """A Swin block whose Linears are all sparse layers, with the standard norms and exact GELU."""
+    return (
+        isinstance(block, SwinTransformerBlock)
+        and all(isinstance(layer, SparseLinear) for layer in _linears(block))
+        and isinstance(block.mlp.act, nn.GELU)
+        and block.mlp.act.approximate == "none"
+        and all(norm.elementwise_affine for norm in (block.norm1, block.norm2))
+        and (block.window_size**2) % kernels.lanes() == 0
+    )
+
+
+def fuse(model: nn.Module, plan: _Plan) -> None:
+    """Replace, in place, the blocks of ``model`` whose layers are already sparse by their fused versions
+    (needs the compiled kernels)."""
+    if kernels.load() is None:
+        return
+    for parent in list(model.modules()):
+        if isinstance(parent, nn.Sequential):
+            _fuse_shuffles(parent)
+        for name, child in parent.named_children():
+            if (
+                isinstance(child, ResidualBlock)
+                and isinstance(child.conv1, SparseConv2d)
+                and isinstance(child.conv2, SparseConv2d)
+            ):
+                setattr(parent, name, SparseResidualBlock(child))
+            elif _fusable_swin(child):
+                setattr(parent, name, FusedSwinBlock(child, plan))
+
+
+def _fuse_shuffles(sequence: nn.Sequential) -> None:
+    """In place: every sparse conv directly followed by a pixel shuffle becomes one
+    :class:`SparseConvShuffle` (the shuffle's slot an ``nn.Identity``, so indices stay)."""
+    for i in range(len(sequence) - 1):
+        conv, shuffle = sequence[i], sequence[i + 1]
+        if isinstance(conv, SparseConv2d) and isinstance(shuffle, nn.PixelShuffle):
+            sequence[i] = SparseConvShuffle(conv, shuffle.upscale_factor)
+            sequence[i + 1] = nn.Identity()

@@ -1,0 +1,48 @@
+"""The checkpoint zoo: what is trained (:mod:`.plan`), by whom (:mod:`.factory`, carried to a GPU by
+:mod:`.pack`), what was made (:mod:`.manifest`, ``checkpoints/zoo.json``), where it lives (:mod:`.hub`)
+and how a user gets one (:mod:`.pretrained`: ``iss.load``); :mod:`.cli` is ``python -m iss zoo``.
+
+The manifest's API is re-exported here: ``iss.zoo.load_zoo()``, ``iss.zoo.locate(entry)``, ...
+"""
+
+from .manifest import (
+    DEFAULT_HUB_REPO,
+    DEFAULT_ZOO,
+    HubRef,
+    Resolved,
+    ZooEntry,
+    format_table,
+    load_zoo,
+    locate,
+    locate_all,
+    markdown_table,
+    merge_entries,
+    model_card,
+    pin_manifest,
+    push_zoo,
+    resolve,
+    stage_push,
+    upgrade_bundled,
+    verify,
+)
+
+__all__ = [
+    "DEFAULT_HUB_REPO",
+    "DEFAULT_ZOO",
+    "HubRef",
+    "Resolved",
+    "ZooEntry",
+    "format_table",
+    "load_zoo",
+    "locate",
+    "locate_all",
+    "markdown_table",
+    "merge_entries",
+    "model_card",
+    "pin_manifest",
+    "push_zoo",
+    "resolve",
+    "stage_push",
+    "upgrade_bundled",
+    "verify",
+]

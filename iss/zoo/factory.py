@@ -1,0 +1,638 @@
+"""The zoo factory: train a plan's cells inside a time box, resumably, and turn them into zoo entries.
+
+``python -m iss zoo train --plan checkpoints/zoo_plan.json --minutes M --work DIR`` trains the next
+unfinished cells (``iss.zoo.plan``) for at most M minutes, each in its own process driving ``iss.train.train``
+(``--jobs N`` runs N at once). Each cell keeps its run in ``DIR/<cell>/`` (``state.pt``, ``log.jsonl``,
+``model.safetensors``) and a record, ``cell.json``: the plan cell, time, throughput, device, git commit and
+the metrics of its compact checkpoint. A cell stops cleanly at the deadline and the next call continues it
+exactly; finished cells are evaluated (``eval`` sets of the plan) within the same time box, set by set.
+``zoo add`` merges finished cells into ``checkpoints/zoo.json``; ``zoo status`` shows the plan's progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .plan import Cell, Plan, load_plan
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EVAL_SECONDS_PER_MPIXEL = 20.0  # a guess for the first set of a process; later sets use measured times
+
+
+@dataclass
+class CellRecord:
+    """``DIR/<cell>/cell.json``: what a cell is, how far it got, what it cost and how good it is."""
+
+    cell: dict[str, Any]
+    iterations: int = 0
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    device: str = ""
+    jobs: int = 1
+    git_commit: str = ""
+    metrics: dict[str, dict[str, float]] | None = None
+
+    @property
+    def trained(self) -> bool:
+        return self.iterations >= self.cell["iters"]
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.iterations / self.train_seconds if self.train_seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["steps_per_second"] = round(self.steps_per_second, 3)
+        data["images_per_second"] = round(self.steps_per_second * self.cell["batch"], 1)
+        return data
+
+    @classmethod
+    def read(cls, folder: Path, cell: Cell) -> CellRecord:
+        path = folder / "cell.json"
+        if not path.is_file():
+            return cls(cell.to_dict())
+        data = json.loads(path.read_text())
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        record = cls(**fields)
+        if record.cell != cell.to_dict():
+            raise ValueError(
+                f"{folder} was trained for a different plan cell ({record.cell}); the plan now says "
+                f"{cell.to_dict()}. Use another --work folder, or delete {folder} to start the cell again."
+            )
+        return record
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / "cell.json.tmp"
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, folder / "cell.json")
+
+
+# ------------------------------------------------------------------------------------------------ one cell
+
+
+def run_cell(
+    plan: Plan,
+    name: str,
+    work: Path,
+    data_dir: Path,
+    until: float,
+    *,
+    device: str = "auto",
+    threads: int | None = None,
+    jobs: int = 1,
+) -> CellRecord:
+    """Train (or continue) one cell until it is done or ``until`` (a ``time.time()``) comes; then evaluate
+    it on the plan's sets that fit in the time left. Returns the cell's record, also written to disk."""
+    from iss.train import train
+
+    cell = plan.cell(name)
+    folder = work / cell.name
+    record = CellRecord.read(folder, cell)
+    record.jobs, record.git_commit = jobs, record.git_commit or git_commit()
+    if not record.trained:
+        cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        config = cell.config(
+            [str(data_dir / d) for d in plan.train_data],
+            folder,
+            device=device,
+            threads=threads,
+            compile=cell.compile and cuda,
+        )
+        deadline = time.monotonic() + (until - time.time())
+        recorder = _recorder(plan, cell, folder, config)
+        began = time.perf_counter()
+        with _on_sigterm() as terminated:
+            stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731
+            for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
+                record.iterations = event.iteration
+                if recorder:
+                    recorder.observe(event)
+        if recorder:
+            recorder.write()
+        record.train_seconds += time.perf_counter() - began
+        record.device = device_name(config.device)
+        record.write(folder)
+    if record.trained:
+        evaluate_cell(record, folder, plan.eval, data_dir / "benchmarks", until, device=device)
+    return record
+
+
+@contextlib.contextmanager
+def _on_sigterm() -> Iterator[threading.Event]:
+    """An event set by SIGTERM (``kill``, ``zoo train`` being stopped) while in the block, so that cells
+    pause cleanly instead of dying between two saved states."""
+    terminated = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+    try:
+        yield terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def recorded_groups(plan: Plan) -> list[str]:
+    """The plan's groups that train both ISS-P and IHT (recorded for the Analysis tab), in plan order; the
+    first one alone keeps resumable states (~12 MB each for SwinIR-light: the repository that bundles the
+    recordings must still fit a GPU round)."""
+    from iss.train.recording import RUNS
+
+    groups = dict.fromkeys(c.group for c in plan.cells)
+    return [g for g in groups if {c.method for c in plan.cells if c.group == g} >= set(RUNS)]
+
+
+def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
+    """For the ISS-P and IHT cells of a recorded group: a recorder of the Analysis tab's series, and for the
+    first such group of resumable states at half and three quarters of K_p (``DIR/<cell>/recording``);
+    else None."""
+    from iss.train.recording import RUNS, TrainRecorder
+
+    recorded = recorded_groups(plan)
+    if cell.method not in RUNS or cell.group not in recorded:
+        return None
+    meta = {
+        "arch": cell.arch, "scale": cell.scale, "ratio": cell.ratio, "alpha": 0.95,
+        "prune_iters": config.prune_iters, "iterations": cell.iters, "batch": cell.batch, "patch": cell.patch,
+        "lr": cell.lr, "seed": cell.seed, "arch_kwargs": cell.arch_kwargs,
+        "device": device_name(config.device), "data": [Path(d).name for d in config.train_data],
+        "command": f"python -m iss zoo train --plan {plan.path.name} (cell {cell.name})",
+    }  # fmt: skip
+    states = (config.prune_iters // 2, config.prune_iters * 3 // 4) if cell.group == recorded[0] else ()
+    return TrainRecorder(folder / "recording", cell.method, meta, states=states)
+
+
+def evaluate_cell(
+    record: CellRecord,
+    folder: Path,
+    datasets: list[str],
+    benchmarks: Path,
+    until: float | None = None,
+    *,
+    device: str = "auto",
+) -> None:
+    """Add the metrics of ``folder/model.safetensors`` on ``datasets`` not measured yet, set by set, while
+    the next set is expected to finish before ``until``; sets missing from ``benchmarks`` are skipped."""
+    from iss.checkpoint import load
+    from iss.data import BenchmarkSet
+    from iss.evaluate import evaluate
+    from iss.infer import model_upscaler
+
+    record.metrics = record.metrics or {}
+    todo = [s for s in datasets if s not in record.metrics and (benchmarks / s / "HR").is_dir()]
+    if not todo:
+        return
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch_device = torch.device(device)
+    model, _ = load(folder / "model.safetensors", device=torch_device)
+    if torch_device.type == "cpu":
+        from iss.sparse import sparsify  # same outputs within 1e-4, several times faster on pruned models
+
+        model = sparsify(model)
+    rate = EVAL_SECONDS_PER_MPIXEL
+    for name in todo:
+        bench = BenchmarkSet(benchmarks, name, record.cell["scale"])
+        mpixels = sum(s.hr.size for s in bench) / 3e6
+        if until is not None and time.time() + rate * mpixels > until:
+            return
+        began = time.perf_counter()
+        record.metrics.update(
+            evaluate(
+                model_upscaler(model, device=torch_device),
+                [name],
+                record.cell["scale"],
+                benchmarks,
+                progress=False,
+            )
+        )
+        seconds = time.perf_counter() - began
+        record.eval_seconds += seconds
+        rate = seconds / mpixels
+        record.write(folder)
+
+
+def device_name(device: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` or ``cpu: AMD EPYC avx2 avx512f avx512_bf16 (2 threads)``: what a cell
+    trained on (the vector extensions decide which precision pays)."""
+    from iss.train.loop import cpu_signature
+
+    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+        return torch.cuda.get_device_name()
+    return f"cpu: {cpu_signature()} ({torch.get_num_threads()} threads)"
+
+
+def git_commit() -> str:
+    """The code's commit: ``$ISS_GIT_COMMIT`` (set where the tree travels without .git), else ``git``."""
+    if os.environ.get("ISS_GIT_COMMIT"):
+        return os.environ["ISS_GIT_COMMIT"]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "diff", "--quiet", "HEAD", "--", "iss"]
+        ).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+# ------------------------------------------------------------------------------------------------ scheduling
+
+
+def status(plan: Plan, work: Path) -> list[tuple[Cell, CellRecord]]:
+    """Every cell of the plan with its record (a fresh one for cells not started)."""
+    return [(cell, CellRecord.read(work / cell.name, cell)) for cell in plan.cells]
+
+
+def pending(plan: Plan, work: Path, benchmarks: Path) -> list[Cell]:
+    """Cells not trained yet, or missing metrics on a plan set found in ``benchmarks``, in plan order."""
+    sets = {s for s in plan.eval if (benchmarks / s / "HR").is_dir()}
+    return [
+        cell for cell, record in status(plan, work) if not record.trained or sets - set(record.metrics or {})
+    ]
+
+
+def train_plan(
+    plan: Plan,
+    work: Path,
+    data_dir: Path,
+    minutes: float,
+    *,
+    jobs: int = 1,
+    device: str = "auto",
+    threads: int | None = None,
+    keep_going: bool = False,
+    log=print,
+) -> dict[str, int]:
+    """Run pending cells, ``jobs`` at a time, each in its own process, until they are done or ``minutes``
+    have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline. A cell
+    that its group's measured speed says cannot finish in the time left is not started (the call ends
+    early, leaving the machine free), unless ``keep_going``."""
+    from iss.data import TrainPatches
+
+    until = time.time() + 60 * minutes
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "plan.json").write_text(plan.path.read_text())  # what the cells were trained from
+    queue = pending(plan, work, data_dir / "benchmarks")
+    if device == "cpu" or not torch.cuda.is_available():
+        threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+    for scale in sorted({c.scale for c in queue}):  # make the LR of the training images once, not per worker
+        TrainPatches([data_dir / d for d in plan.train_data], scale, 1, length=1)
+    running: dict[str, subprocess.Popen] = {}
+    exits: dict[str, int] = {}
+    with _on_sigterm() as terminated:
+        while (queue or running) and time.time() < until - 5 and not terminated.is_set():
+            while queue and len(running) < jobs:
+                if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
+                    log(f"{queue[0].name} would not finish in the time left; stopping early")
+                    queue.clear()
+                    break
+                cell = queue.pop(0)
+                running[cell.name] = _start(plan, cell, work, data_dir, until, device, threads, jobs)
+                log(f"{time.strftime('%H:%M:%S')} started {cell.name}")
+            time.sleep(0.2)
+            for name, process in list(running.items()):
+                if process.poll() is not None:
+                    exits[name] = running.pop(name).returncode
+                    log(_summary(work, plan.cell(name), exits[name]))
+        for process in running.values() if terminated.is_set() else []:
+            process.terminate()  # each pauses its cell cleanly
+        for name, process in running.items():  # past the deadline: they save and stop on their own
+            exits[name] = process.wait()
+            log(_summary(work, plan.cell(name), exits[name]))
+    return exits
+
+
+def _fits(work: Path, plan: Plan, cell: Cell, seconds: float) -> bool:
+    """Whether ``cell`` can finish in ``seconds``, judged by the speed of its group's cells trained so far
+    (a cell of a group not measured yet is always started: its progress is kept for the next call)."""
+    record = CellRecord.read(work / cell.name, cell)
+    rates = [r.steps_per_second for c, r in status(plan, work) if c.group == cell.group and r.train_seconds]
+    return not rates or (cell.iters - record.iterations) / min(rates) < seconds
+
+
+def _start(
+    plan: Plan,
+    cell: Cell,
+    work: Path,
+    data_dir: Path,
+    until: float,
+    device: str,
+    threads: int | None,
+    jobs: int,
+) -> subprocess.Popen:
+    """A worker process for one cell; its output goes to ``DIR/<cell>/worker.log``."""
+    folder = work / cell.name
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "iss",
+        "zoo",
+        "cell",
+        cell.name,
+        "--plan",
+        str(plan.path),
+        "--work",
+        str(work),
+        "--data-dir",
+        str(data_dir),
+        "--until",
+        repr(until),
+        "--device",
+        device,
+        "--jobs",
+        str(jobs),
+    ]
+    if threads:
+        command += ["--threads", str(threads)]
+    with (folder / "worker.log").open("a") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+
+
+def _summary(work: Path, cell: Cell, exit_code: int) -> str:
+    """One line on a worker that ended: progress, speed, metrics (or where its error is)."""
+    head = f"{time.strftime('%H:%M:%S')} {cell.name}: "
+    if exit_code:
+        return head + f"FAILED (exit {exit_code}); see {work / cell.name / 'worker.log'}"
+    record = CellRecord.read(work / cell.name, cell)
+    metrics = "".join(f", {k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
+    return head + f"{record.iterations}/{cell.iters} iterations, {record.steps_per_second:.2f} it/s{metrics}"
+
+
+# ------------------------------------------------------------------------------------------------ zoo entries
+
+
+def zoo_entry(record: CellRecord, folder: Path, dest: Path, hub_repo: str) -> dict[str, Any]:
+    """Copy a finished cell's checkpoint to ``dest/<name>.safetensors`` and describe it as a zoo entry."""
+    from iss.checkpoint import read_meta
+
+    from .hub import sha256_of
+
+    cell = record.cell
+    name = f"{cell['arch']}_x{cell['scale']}_{cell['method']}_r{cell['ratio']:g}"
+    meta = read_meta(folder / "model.safetensors")  # verifies the checkpoint's own hash
+    file = dest / f"{name}.safetensors"
+    file.write_bytes((folder / "model.safetensors").read_bytes())
+    budget = {
+        "iterations": cell["iters"],
+        "prune_iters": meta["budget"]["prune_iters"],
+        "batch": cell["batch"],
+        "patch": cell["patch"],
+        "lr": cell["lr"],
+        "milestones": cell["milestones"],
+        "schedule": cell.get("schedule", "step"),
+        "warmup": cell.get("warmup", 0),
+        "precision": meta["budget"].get("precision", "eager fp32"),
+        "seed": cell["seed"],
+        "data": meta["data"],
+        "device": record.device,
+        "jobs": record.jobs,
+        "train_minutes": round(record.train_seconds / 60, 1),
+        "steps_per_second": round(record.steps_per_second, 3),
+        "images_per_second": round(record.steps_per_second * cell["batch"], 1),
+        "values": cell["checkpoint_dtype"],
+        "git_commit": record.git_commit,
+    }
+    return {
+        "name": name,
+        "arch": cell["arch"],
+        "scale": cell["scale"],
+        "method": cell["method"],
+        "ratio": cell["ratio"],
+        "file": file.name,
+        "sha256": sha256_of(file),
+        "size_bytes": file.stat().st_size,
+        "hub": {"repo_id": hub_repo, "revision": "main", "filename": file.name},
+        "budget": budget,
+        "metrics": {
+            s: {"psnr": round(m["psnr"], 4), "ssim": round(m["ssim"], 6)}
+            for s, m in (record.metrics or {}).items()
+        },
+    }
+
+
+def add_to_zoo(
+    plan: Plan,
+    work: Path,
+    manifest: Path,
+    *,
+    datasets: list[str],
+    benchmarks: Path | None,
+    names: list[str] | None = None,
+    force: bool = False,
+    recordings: Path | None = None,
+    log=print,
+) -> list[str]:
+    """Evaluate finished cells on ``datasets`` still missing, then merge them into ``manifest``, and their
+    ISS-P/IHT recordings into ``recordings`` (see ``add_recordings``)."""
+    from . import DEFAULT_HUB_REPO, merge_entries
+
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for cell, record in status(plan, work):
+        if (names and cell.name not in names) or not record.trained:
+            continue
+        folder = work / cell.name
+        if benchmarks is not None:
+            evaluate_cell(record, folder, datasets, benchmarks)
+        missing = [s for s in datasets if s not in (record.metrics or {})]
+        if missing:
+            raise FileNotFoundError(f"{cell.name}: no metrics on {', '.join(missing)}; pass --data-dir")
+        entries.append(zoo_entry(record, folder, manifest.parent, DEFAULT_HUB_REPO))
+        log(f"{cell.name}: " + ", ".join(f"{s} {m['psnr']:.2f}" for s, m in entries[-1]["metrics"].items()))
+    added = merge_entries(manifest, entries, force=force)
+    if recordings is not None:
+        for folder in add_recordings(plan, work, recordings, names=added):
+            log(f"recording {folder}")
+    return added
+
+
+def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> list[Path]:
+    """For every group whose ISS-P and IHT cells are among ``names`` and were recorded: one recording of both
+    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name.
+
+    Only the first of ``recorded_groups`` keeps a resumable state (the latest; a GPU one supersedes the CPU
+    one, which keeps its series), the others their series."""
+    from iss.train.recording import RUNS, drop_states, merge_recordings
+
+    recorded = recorded_groups(plan)
+    written = []
+    for group in recorded:
+        cells = {c.method: c for c in plan.cells if c.group == group and c.method in RUNS}
+        parts = {run: work / cells[run].name / "recording" for run in cells}
+        if not all(c.name in names and (parts[r] / "run.json").is_file() for r, c in cells.items()):
+            continue
+        record = CellRecord.read(work / cells["iss-p"].name, cells["iss-p"])
+        out = root / f"{group}_{'cpu' if record.device.startswith('cpu') else 'gpu'}"
+        if out.exists():
+            shutil.rmtree(out)
+        config = json.loads((parts["iss-p"] / "run.json").read_text())
+        config["command"] = f"python -m iss zoo train --plan {plan.path.name} (cells of {group})"
+        written.append(merge_recordings(parts, out, {k: v for k, v in config.items() if k not in _PER_RUN}))
+        if group != recorded[0]:
+            drop_states(out)
+        elif out.name.endswith("_gpu") and (root / f"{group}_cpu" / "run.json").is_file():
+            drop_states(root / f"{group}_cpu")
+    return written
+
+
+_PER_RUN = ("layers", "iterations_done", "finetune_from", "states", "seconds")
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+COMMANDS = ("train", "cell", "status", "add", "budget", "pack", "export")
+
+
+def add_commands(sub: Any, common: Any) -> None:
+    """``zoo train|cell|status|add`` (the factory's part of ``python -m iss zoo``)."""
+    planned = type(common)(add_help=False)
+    planned.add_argument("--plan", type=Path, default=REPO_ROOT / "checkpoints" / "zoo_plan.json")
+    planned.add_argument(
+        "--data-dir",
+        type=Path,
+        default=os.environ.get("ISS_DATA_DIR"),
+        help="folder holding the plan's train_data and benchmarks/ (default $ISS_DATA_DIR)",
+    )
+    worked = type(common)(add_help=False, parents=[planned])
+    worked.add_argument("--work", type=Path, required=True, help="folder of the cells' runs")
+    running = type(common)(add_help=False)
+    running.add_argument("--device", default="auto", help="cuda, cpu (default: cuda when available)")
+    running.add_argument("--threads", type=int, help="torch CPU threads per cell (default: cores / jobs)")
+    running.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
+    train = sub.add_parser("train", parents=[worked, running], help="train the plan's next cells")
+    train.add_argument("--minutes", type=float, required=True, help="stop cleanly within this time")
+    train.add_argument(
+        "--keep-going", action="store_true", help="start cells even if they cannot finish in this call"
+    )
+    cell = sub.add_parser("cell", parents=[worked, running], help="(used by zoo train) one cell's worker")
+    cell.add_argument("name")
+    cell.add_argument("--until", type=float, required=True, help="deadline as a Unix time")
+    sub.add_parser("status", parents=[worked], help="the plan's cells: progress, speed, metrics")
+    add = sub.add_parser("add", parents=[worked, common], help="merge finished cells into the zoo manifest")
+    add.add_argument(
+        "--datasets",
+        default="Set5,Set14,B100,Urban100,Manga109",
+        help="sets every entry must have metrics on (missing ones are evaluated here)",
+    )
+    add.add_argument("--cells", help="only these cells (comma-separated names)")
+    add.add_argument("--force", action="store_true", help="let a CPU-trained cell replace a GPU-trained one")
+    add.add_argument(
+        "--recordings",
+        type=Path,
+        default=REPO_ROOT / "assets" / "recordings",
+        help="where the ISS-P vs IHT recordings of added groups go (the Analysis tab's)",
+    )
+    budget = sub.add_parser("budget", parents=[worked], help="set the plan's iterations from throughput")
+    budget.add_argument("--throughput", type=Path, required=True, help="benchmarks/train_throughput.py JSON")
+    budget.add_argument("--cell-minutes", type=float, required=True, help="training minutes per cell")
+    budget.add_argument("--jobs", type=int, default=1, help="cells that will train at once")
+    pack = sub.add_parser("pack", parents=[planned], help="copy the plan's data for a GPU machine")
+    pack.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="ignored folder to carry")
+    pack.add_argument("--budget-mib", type=float, default=60, help="tracked files + pack stay under this")
+    export = sub.add_parser("export", parents=[worked], help="tar the cells' results to bring them back")
+    export.add_argument("--out", type=Path, required=True, help="folder for cells-<k>.tar.gz")
+    export.add_argument("--max-mib", type=float, default=15, help="largest archive")
+
+
+def run(args: Any) -> int:
+    """Run one of ``COMMANDS``."""
+    from iss.cli import UsageError
+
+    from .pack import export_cells, pack_data
+    from .plan import fit_budgets
+
+    if args.data_dir is None and args.zoo_command in ("train", "cell", "add", "pack"):
+        raise UsageError("pass --data-dir (or set ISS_DATA_DIR): the folder holding train/ and benchmarks/")
+    if args.zoo_command == "budget":
+        started = {c.group for c, r in status(load_plan(args.plan), args.work) if r.iterations}
+        throughput = json.loads(args.throughput.read_text())
+        budgets = fit_budgets(args.plan, throughput, args.cell_minutes, jobs=args.jobs, skip=started)
+        for group, iters in budgets.items():
+            print(f"{group}: {iters} iterations" if iters else f"{group}: not measured, budget kept")
+        print(f"kept the budgets of started groups: {', '.join(sorted(started)) or '-'}")
+        return 0
+    plan = load_plan(args.plan)
+    if args.zoo_command == "pack":
+        pack_data(plan, args.data_dir, args.out, budget_mib=args.budget_mib)
+        return 0
+    if args.zoo_command == "export":
+        export_cells(args.work, args.out, max_mib=args.max_mib)
+        return 0
+    if args.zoo_command == "train":
+        exits = train_plan(
+            plan,
+            args.work,
+            args.data_dir,
+            args.minutes,
+            jobs=args.jobs,
+            device=args.device,
+            threads=args.threads,
+            keep_going=args.keep_going,
+        )
+        print(format_status(plan, args.work))
+        return 1 if any(exits.values()) else 0
+    if args.zoo_command == "cell":
+        run_cell(
+            plan,
+            args.name,
+            args.work,
+            args.data_dir,
+            args.until,
+            device=args.device,
+            threads=args.threads,
+            jobs=args.jobs,
+        )
+        return 0
+    if args.zoo_command == "status":
+        print(format_status(plan, args.work))
+        return 0
+    names = args.cells.split(",") if args.cells else None
+    datasets = [s for s in args.datasets.split(",") if s]
+    manifest = args.manifest or REPO_ROOT / "checkpoints" / "zoo.json"
+    added = add_to_zoo(
+        plan,
+        args.work,
+        manifest,
+        datasets=datasets,
+        benchmarks=args.data_dir / "benchmarks",
+        names=names,
+        force=args.force,
+        recordings=args.recordings,
+    )
+    print(f"{manifest}: added or replaced {len(added)} entries: {', '.join(added) or '-'}")
+    return 0
+
+
+def format_status(plan: Plan, work: Path) -> str:
+    """A text table of the plan's cells: iterations done, it/s, device, metrics."""
+    rows = [("cell", "iterations", "it/s", "minutes", "metrics (PSNR)", "device")]
+    for cell, record in status(plan, work):
+        metrics = " ".join(f"{k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
+        rows.append(
+            (
+                cell.name,
+                f"{record.iterations}/{cell.iters}",
+                f"{record.steps_per_second:.2f}",
+                f"{record.train_seconds / 60:.1f}",
+                metrics or "-",
+                record.device or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

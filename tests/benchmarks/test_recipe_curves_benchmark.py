@@ -1,0 +1,60 @@
+"""benchmarks/recipe_curves.py: each recipe is a valid ``iss train`` run at its budget; the report compares
+them at the same share of their budgets."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+from iss.train import cli as train_cli
+from tests.common import ROOT
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("recipe_curves", ROOT / "benchmarks" / "recipe_curves.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(work: Path) -> argparse.Namespace:
+    return argparse.Namespace(work=str(work), data_dir="data", arch="swinir-light", scale=4, ratio=0.95,
+                              minutes=48.0, json=None)  # fmt: skip
+
+
+def test_every_recipe_is_a_train_command_with_its_budget(tmp_path: Path) -> None:
+    bench = _benchmark()
+    parser = argparse.ArgumentParser()
+    train_cli.add_arguments(parser)
+    configs = {}
+    for name in bench.RECIPES:
+        argv = bench.command(_args(tmp_path), name, 36000)[4:]  # after "python -m iss train"
+        configs[name] = train_cli.config_from_args(parser.parse_args(argv))
+    today, fast, cosine = configs.values()
+    assert (today.amp, today.compile, fast.amp, fast.compile) == (False, False, True, True)
+    assert today.prune_iters == 18000 and today.milestones == (10800, 14400) and today.val_every == 3000
+    assert (cosine.schedule, cosine.warmup, cosine.lr) == ("cosine", 1000, 5e-4)
+    assert {c.seed for c in configs.values()} == {0} and {c.batch for c in configs.values()} == {4}
+
+
+def test_report_scores_recipes_at_the_same_share_of_their_budgets(tmp_path: Path, capsys) -> None:
+    bench = _benchmark()
+    speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 7.0, "compiled bf16": 12.0}
+    budget = {"cpu": "test", "minutes": 48.0, "speeds": speeds, "iters": {"A_today": 17280, "B_fast": 34560}}
+    (tmp_path / "budgets.json").write_text(json.dumps(budget))
+    for name, iters in budget["iters"].items():
+        (tmp_path / name).mkdir()
+        lines = [{"event": "start", "iteration": 0, "config": {"iters": iters, "lr": 2e-4}}]
+        lines += [{"iteration": iters * k // 12, "val_psnr": 27.0 + k / 10} for k in (1, 2)]
+        (tmp_path / name / "log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    args = _args(tmp_path)
+    args.json = str(tmp_path / "out.json")
+    assert bench.report(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[2] == "| 4 | 27.10 | 27.10 |" and table[3] == "| 8 | 27.20 | 27.20 |"
+    curves = json.loads((tmp_path / "out.json").read_text())["recipes"]
+    assert (
+        curves["A_today"]["curve"][0]["idle_minutes"] == curves["B_fast"]["curve"][0]["idle_minutes"] == 4.0
+    )

@@ -1,0 +1,192 @@
+"""iss.sparse.fused: whole EDSR residual and Swin blocks equal the dense model, fall back, and say so."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from common import masked
+from torch import nn
+
+from iss import archs
+from iss.sparse import SparseConv2d, kernels, layer_modes, layers, sparse_path, sparsify
+from iss.sparse.fused import FusedSwinBlock, SparseConvShuffle, SparseResidualBlock
+
+SWIN = dict(embed_dim=12, depths=(2, 2), num_heads=(2, 3))  # window 8: shifted and unshifted blocks
+
+
+def needs_c() -> None:
+    if kernels.load() is None:
+        pytest.skip("no C compiler: the fused blocks need the compiled kernels (CI installs gcc)")
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.95, 0.99])
+@pytest.mark.parametrize("size", [(16, 16), (13, 30), (40, 24)])
+def test_fused_swin_blocks_equal_dense(ratio: float, size: tuple[int, int]) -> None:
+    """Padding, several windows across and down, cyclic shift and mask, 2 and 3 heads: all as PyTorch."""
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), ratio)
+    fast = sparsify(model, min_speedup=0.0)
+    x = torch.rand(2, 3, *size)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    blocks = [m for m in fast.modules() if isinstance(m, FusedSwinBlock)]
+    assert len(blocks) == 4 and all(b.mode == "fused" and b.block is None for b in blocks)
+    assert sparse_path(fast) == "fused C kernels"
+
+
+def test_fused_swin_block_at_the_training_size_and_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """64x64 (the stored masks' size) and the pool path, several windows per job."""
+    needs_c()
+    monkeypatch.setattr(layers, "PARALLEL_MIN_WORK", 0)
+    torch.manual_seed(1)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.9)
+    fast = sparsify(model, min_speedup=0.0)
+    x = torch.rand(1, 3, 64, 64)
+    with layers._num_threads(2), torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("scale", [3, 4])
+def test_fused_residual_blocks_and_upsamplers_equal_dense(kernels: str, scale: int) -> None:
+    torch.manual_seed(0)
+    model = masked(archs.build("edsr-l", scale, num_feat=8, num_block=3), 0.9)
+    fast = sparsify(model, min_speedup=0.0)
+    x = torch.rand(1, 3, 11, 14)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    fused_blocks = [m for m in fast.modules() if isinstance(m, SparseResidualBlock)]
+    assert len(fused_blocks) == (3 if kernels == "c" else 0)  # the fallback keeps the plain blocks
+    shuffles = [m.factor for m in fast.modules() if isinstance(m, SparseConvShuffle)]
+    assert shuffles == ({3: [3], 4: [2, 2]}[scale] if kernels == "c" else [])
+    assert sparse_path(fast) == ("fused C kernels" if kernels == "c" else "PyTorch kernels (no C compiler)")
+
+
+@pytest.mark.parametrize("mode", ["sparse", "dense"])
+@pytest.mark.parametrize("contiguous", [True, False])
+@pytest.mark.parametrize("shuffle", [1, 2])
+def test_conv_epilogue_relu_scale_residual_shuffle(
+    kernels: str, mode: str, contiguous: bool, shuffle: int
+) -> None:
+    """``conv(x, relu=, scale=, residual=, shuffle=)`` is ``pixel_shuffle(relu(conv(x))) * scale +
+    residual`` on every path (a non-contiguous residual is added by torch after the kernel)."""
+    conv = masked(nn.Conv2d(5, 8, 3, padding=1), 0.8)
+    layer = SparseConv2d(conv, layers._Plan(min_speedup=0.0 if mode == "sparse" else math.inf))
+    x = torch.randn(2, 5, 6, 9)
+    shape = (2, 8 // shuffle**2, 6 * shuffle, 9 * shuffle)
+    residual = torch.randn(shape[::-1]).permute(3, 2, 1, 0) if not contiguous else torch.randn(shape)
+    with torch.inference_mode():
+        expected = residual + 0.1 * torch.pixel_shuffle(conv(x).relu(), shuffle)
+        got = layer(x, relu=True, scale=0.1, residual=residual, shuffle=shuffle)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+        expected = -2.0 * torch.pixel_shuffle(conv(x), shuffle)
+        torch.testing.assert_close(layer(x, scale=-2.0, shuffle=shuffle), expected, atol=1e-5, rtol=0)
+    assert layer.mode == mode
+
+
+def test_slower_fused_block_runs_the_sparse_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused block times itself against the per-layer path and drops whichever loses."""
+    needs_c()
+    slow = FusedSwinBlock._fused
+
+    def slowed(self: FusedSwinBlock, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        time.sleep(0.5)  # far beyond any load-induced noise in the per-layer path's time
+        return slow(self, x, size)
+
+    monkeypatch.setattr(FusedSwinBlock, "_fused", slowed)
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
+    fast = sparsify(model, threads=1)  # timed on one thread: no OpenMP barriers stalled by a busy machine
+    x = torch.rand(1, 3, 16, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    blocks = [m for m in fast.modules() if isinstance(m, FusedSwinBlock)]
+    assert blocks and all(b.mode == "layers" and b._weights is None for b in blocks)
+    assert "fused" not in layer_modes(fast).values()
+
+
+def test_no_fusion_without_the_compiler_or_when_asked(kernels: str) -> None:
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
+    x = torch.rand(1, 3, 9, 9)
+    for fast in (sparsify(model, fuse=False), *([sparsify(model)] if kernels == "mkl" else [])):
+        assert not any(isinstance(m, FusedSwinBlock | SparseResidualBlock) for m in fast.modules())
+        with torch.inference_mode():
+            torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+
+
+def test_dense_path_is_reported() -> None:
+    model = masked(archs.build("edsr-l", 2, num_feat=8, num_block=1), 0.95)
+    fast = sparsify(model, min_speedup=math.inf)  # every layer keeps its dense kernel
+    with torch.inference_mode():
+        fast(torch.rand(1, 3, 8, 8))
+    assert sparse_path(fast) == "dense kernels"
+
+
+def test_swin_windows_refuses_bad_calls() -> None:
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.9)
+    block = next(m for m in sparsify(model).modules() if isinstance(m, FusedSwinBlock) and m._weights.shift)
+    weights = block._weights
+    tokens, out = torch.rand(16 * 24, 12), torch.empty(16 * 24, 12)
+    buffer = torch.empty(weights.buffer_size())
+    good = dict(size=(16, 24), windows=range(6), buffer=buffer)
+    kernels.swin_windows(out, tokens, weights, **good)
+    with pytest.raises(ValueError, match="must differ"):
+        kernels.swin_windows(tokens, tokens, weights, **good)
+    with pytest.raises(ValueError, match="outside"):
+        kernels.swin_windows(out, tokens, weights, **{**good, "windows": range(7)})
+    with pytest.raises(ValueError, match="do not fit"):
+        kernels.swin_windows(out[:-24], tokens[:-24], weights, **good)
+    with pytest.raises(ValueError, match="buffer"):
+        kernels.swin_windows(out, tokens, weights, **{**good, "buffer": buffer[:-1]})
+
+
+def test_portable_build_gives_the_same_results(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Built without ``-march=native`` (4-float SSE vectors instead of AVX2/AVX-512) the kernels still
+    equal dense: the fallback flags a compiler or CPU without -march=native gets."""
+    needs_c()
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernels, "FLAGS", (["-O3"],))
+    kernels.load.cache_clear()
+    try:
+        assert kernels.lanes() == 4
+        torch.manual_seed(0)
+        for model in (
+            archs.build("swinir-light", 2, **SWIN),
+            archs.build("edsr-l", 2, num_feat=8, num_block=2),
+        ):
+            model = masked(model, 0.9)
+            x = torch.rand(1, 3, 12, 20)
+            with torch.inference_mode():
+                torch.testing.assert_close(sparsify(model, min_speedup=0.0)(x), model(x), atol=1e-4, rtol=0)
+    finally:
+        kernels.load.cache_clear()
+
+
+@pytest.mark.parametrize("size", [(8, 8), (8, 24), (16, 24), (40, 16)])
+def test_four_window_masks_cover_every_image_size(size: tuple[int, int]) -> None:
+    """The kernel keeps the masks of a 2x2-window image only: with the cyclic shift, a window's mask depends
+    only on whether it is in the last row and/or column of windows (elsewhere it is zero)."""
+    from iss.archs.common import shifted_window_mask
+
+    ws, shift = 8, 4
+    full = shifted_window_mask(size, (ws, ws), (shift, shift), torch.device("cpu"))
+    kinds = shifted_window_mask((2 * ws, 2 * ws), (ws, ws), (shift, shift), torch.device("cpu"))
+    rows, cols = size[0] // ws, size[1] // ws
+    for wi, mask in enumerate(full):
+        kind = 2 * (wi // cols == rows - 1) + (wi % cols == cols - 1)
+        torch.testing.assert_close(mask, kinds[kind] if kind else torch.zeros_like(mask), atol=0, rtol=0)
+
+
+def test_fused_blocks_refuse_training_use() -> None:
+    needs_c()
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
+    fast = sparsify(model, min_speedup=0.0)
+    block = next(m for m in fast.modules() if isinstance(m, FusedSwinBlock))
+    with pytest.raises(ValueError, match="inference-only"):
+        block(torch.rand(1, 64, 12, requires_grad=True), (8, 8))

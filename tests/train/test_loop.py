@@ -1,0 +1,532 @@
+"""Trainer: LR schedule, exact resume, NaN stop, checkpoint output, two-process torchrun."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from iss.train import NonFiniteLossError, Trainer
+from iss.train import cli as train_cli
+from iss.train import loop as train_mod
+from iss.train.config import TrainConfig
+from tests.common import TINY_ARCHS, NoHostSync
+
+TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
+
+
+def _real(name: str, attr: str) -> bool:
+    try:
+        return hasattr(importlib.import_module(name), attr)
+    except ImportError:
+        return False
+
+
+class _StandInPruner:
+    """IHT-like stand-in for the Pruner contract (used only while iss.pruning is not there)."""
+
+    def __init__(self, model: nn.Module, ratio: float, prune_iters: int = 0, **options) -> None:
+        self.layers = {f"{n}.weight": m.weight for n, m in model.named_modules() if isinstance(m, nn.Conv2d)}
+        self.ratio, self.prune_iters, self.iteration, self.callbacks = ratio, prune_iters, 0, []
+        self.masks = {n: self._select(w) for n, w in self.layers.items()}
+
+    @property
+    def stage(self) -> str:
+        return "prune" if self.iteration < self.prune_iters else "finetune"
+
+    def _select(self, w: torch.Tensor) -> torch.Tensor:
+        k = math.ceil(self.ratio * w.numel())
+        return w.detach().abs() > w.detach().abs().flatten().kthvalue(k).values
+
+    def before_step(self) -> None:
+        pass
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.iteration += 1
+        for name, w in self.layers.items():
+            if self.iteration <= self.prune_iters:
+                self.masks[name] = self._select(w)
+            w.mul_(self.masks[name])
+        for fn in self.callbacks:
+            fn(types.SimpleNamespace(iteration=self.iteration, flips_permille_total=0.0, kept={}))
+
+    def add_callback(self, fn) -> None:
+        self.callbacks.append(fn)
+
+    def state_dict(self) -> dict:
+        return {"iteration": self.iteration, "masks": dict(self.masks)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration, self.masks = state["iteration"], dict(state["masks"])
+
+
+class _StandInSR(nn.Module):
+    def __init__(self, scale: int, **_: object) -> None:
+        super().__init__()
+        self.scale = scale
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 3 * scale**2, 3, padding=1)
+        )
+        self.drop = nn.Dropout(0.1)  # consumes the torch RNG in training, like SwinIR's drop path
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.pixel_shuffle(self.drop(self.body(x)), self.scale)
+
+
+class _StandInPatches(torch.utils.data.Dataset):
+    def __init__(self, folders, scale: int, patch: int, *, length: int = 1000, seed: int = 0) -> None:
+        self.scale, self.patch, self.length, self.seed = scale, patch, length, seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(self.seed * 100_003 + index)
+        hr = torch.rand(3, self.patch * self.scale, self.patch * self.scale, generator=g)
+        return nn.functional.avg_pool2d(hr, self.scale), hr
+
+
+@pytest.fixture
+def stand_ins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict:
+    """Use the real archs/pruning/data modules when they exist; small stand-ins for the missing ones."""
+    if not _real("iss.archs", "build"):
+        monkeypatch.setitem(
+            sys.modules, "iss.archs", types.SimpleNamespace(build=lambda a, s, **k: _StandInSR(s))
+        )
+    if not _real("iss.pruning", "build"):
+        build = lambda method, model, ratio, **o: _StandInPruner(model, ratio, **o)  # noqa: E731
+        monkeypatch.setitem(sys.modules, "iss.pruning", types.SimpleNamespace(build=build))
+    if not _real("iss.data", "TrainPatches"):
+        monkeypatch.setitem(sys.modules, "iss.data", types.SimpleNamespace(TrainPatches=_StandInPatches))
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
+    import iss
+
+    for name in ("archs", "pruning", "data"):
+        monkeypatch.setattr(iss, name, sys.modules[f"iss.{name}"], raising=False)
+    return TINY_SWINIR if _real("iss.archs", "build") else {}
+
+
+def _config(tmp_path: Path, arch_kwargs: dict, **overrides) -> TrainConfig:
+    folder = tmp_path / "train"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    fields = dict(
+        arch="swinir-light", scale=2, method="iht", ratio=0.5, iters=6, prune_iters=3, batch=2, patch=8,
+        train_data=(str(folder),), out=str(tmp_path / "run"), save_every=3, log_every=1, threads=1,
+        arch_kwargs=arch_kwargs, milestones=(2,),
+    )  # fmt: skip
+    return TrainConfig(**{**fields, **overrides})
+
+
+def test_lr_constant_while_pruning_then_halves_from_finetune_start() -> None:
+    model = nn.Conv2d(3, 3, 1)
+    pruner = _StandInPruner(model, 0.5, prune_iters=3)
+    trainer = Trainer(model, pruner, TrainConfig(iters=10, prune_iters=3, lr=1e-3, milestones=(2, 4)))
+    lrs = []
+    for _ in range(8):
+        lrs.append(trainer.lr)
+        trainer.step(torch.rand(1, 3, 4, 4), torch.rand(1, 3, 4, 4))
+    assert lrs == [1e-3] * 5 + [5e-4] * 2 + [2.5e-4]
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero_across_both_stages() -> None:
+    model = nn.Conv2d(3, 3, 1)
+    pruner = _StandInPruner(model, 0.5, prune_iters=3)
+    config = TrainConfig(iters=10, prune_iters=3, lr=1e-3, schedule="cosine", warmup=2)
+    trainer = Trainer(model, pruner, config)
+    lrs = []
+    for _ in range(10):
+        lrs.append(trainer.lr)
+        trainer.step(torch.rand(1, 3, 4, 4), torch.rand(1, 3, 4, 4))
+    assert lrs[:3] == pytest.approx([5e-4, 1e-3, 1e-3])  # linear warm-up, then the peak
+    assert lrs[6] == pytest.approx(0.5e-3)  # half-way through the cosine (iteration 6 of 2..10)
+    assert all(a > b for a, b in itertools.pairwise(lrs[2:])) and lrs[-1] < 0.05e-3
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="linear")
+
+
+def test_step_runs_hooks_in_contract_order() -> None:
+    model = nn.Conv2d(3, 3, 1)
+    calls = []
+
+    class Spy(_StandInPruner):
+        def before_step(self) -> None:
+            calls.append(("before", model.weight.grad is not None))
+
+        def step(self) -> None:
+            calls.append(("step", None))
+            super().step()
+
+    trainer = Trainer(model, Spy(model, 0.5, prune_iters=1), TrainConfig(iters=2, prune_iters=1))
+    loss = trainer.step(torch.rand(1, 3, 4, 4), torch.rand(1, 3, 4, 4))
+    assert calls == [("before", True), ("step", None)] and loss > 0
+
+
+def test_nan_loss_stops_before_any_update() -> None:
+    model = nn.Conv2d(3, 3, 1)
+    trainer = Trainer(model, _StandInPruner(model, 0.5, prune_iters=1), TrainConfig(iters=2, prune_iters=1))
+    before = model.weight.detach().clone()
+    with pytest.raises(NonFiniteLossError, match=r"loss is nan"):
+        trainer.step(torch.full((1, 3, 4, 4), float("nan")), torch.rand(1, 3, 4, 4))
+    assert torch.equal(model.weight, before)
+
+
+def test_batches_depend_only_on_rank_and_iteration() -> None:
+    a = list(train_mod._IterationBatches(4, rank=0, world=2, start=0, end=3))
+    assert a == [[0, 1, 2, 3], [8, 9, 10, 11], [16, 17, 18, 19]]
+    assert list(train_mod._IterationBatches(4, rank=0, world=2, start=1, end=3)) == a[1:]
+    assert list(train_mod._IterationBatches(4, rank=1, world=2, start=0, end=1)) == [[4, 5, 6, 7]]
+
+
+def _final_state(out: Path) -> dict:
+    return torch.load(out / "state.pt", weights_only=True)
+
+
+def test_resume_equals_uninterrupted_run_bit_for_bit(stand_ins: dict, tmp_path: Path) -> None:
+    straight = _config(tmp_path / "a", stand_ins)
+    events = list(train_mod.train(straight))
+    assert [e.iteration for e in events] == list(range(1, 7))
+    assert [e.stage for e in events] == ["prune"] * 2 + ["finetune"] * 4
+
+    killed = _config(tmp_path / "b", stand_ins)
+    for event in train_mod.train(killed):
+        if event.iteration == 4:  # state.pt was written at iteration 3; iteration 4 is lost as in a kill
+            break
+    assert _final_state(Path(killed.out))["iteration"] == 3
+    with pytest.raises(ValueError, match="--resume"):
+        next(train_mod.train(killed))
+    resumed = list(train_mod.train(killed, resume=True))
+    assert [e.iteration for e in resumed] == [4, 5, 6]
+    assert [e.loss for e in resumed] == [e.loss for e in events[3:]]
+
+    a, b = _final_state(Path(straight.out)), _final_state(Path(killed.out))
+    assert a["model"].keys() == b["model"].keys()
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    _assert_identical(a["pruner"], b["pruner"])
+    _assert_identical(a["trainer"], b["trainer"])
+
+
+def _assert_identical(a: object, b: object) -> None:
+    """Nested dicts/lists of tensors and plain values are equal, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _assert_identical(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_identical(x, y)
+    else:
+        assert a == b
+
+
+def test_a_stopped_run_pauses_and_resume_continues_exactly(stand_ins: dict, tmp_path: Path) -> None:
+    """A run told to stop between two saves keeps its exact state; resuming finishes it as if it had never
+    stopped, and the log holds every iteration once."""
+    straight = _config(tmp_path / "a", stand_ins)
+    list(train_mod.train(straight))
+
+    paused = _config(tmp_path / "b", stand_ins)
+    asked = iter(range(1000))
+    events = list(train_mod.train(paused, stop=lambda: next(asked) >= 2))  # yes before iteration 3
+    assert [e.iteration for e in events] == [1, 2]
+    assert _final_state(Path(paused.out))["iteration"] == 2  # saved on pause, between saves (every 3)
+    assert [e.iteration for e in train_mod.train(paused, resume=True)] == [3, 4, 5, 6]
+
+    a, b = _final_state(Path(straight.out)), _final_state(Path(paused.out))
+    _assert_identical(a["model"], b["model"])
+    _assert_identical(a["pruner"], b["pruner"])
+    _assert_identical(a["trainer"], b["trainer"])
+    records = [json.loads(line) for line in (Path(paused.out) / "log.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in records if "event" in r] == ["start", "paused", "resume"]
+    logged = [r["iteration"] for r in records if "loss" in r]
+    assert logged == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_after_a_kill_drops_log_lines_past_the_saved_state(stand_ins: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, stand_ins)
+    for event in train_mod.train(config):
+        if event.iteration == 5:  # logged 4 and 5, saved at 3: a kill here loses 4 and 5
+            break
+    list(train_mod.train(config, resume=True))
+    records = [json.loads(line) for line in (Path(config.out) / "log.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records if "loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_batches_cut_on_the_device_equal_the_dataloader(stand_ins: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, stand_ins, iters=4)
+    single = train_mod._Dist()
+    loader = list(train_mod._batches(config, single, torch.device("cpu"), 1))
+    on_device = dataclasses.replace(config, data_on_device=True)
+    gathered = list(train_mod._batches(on_device, single, torch.device("cpu"), 1))
+    assert len(loader) == len(gathered) == 3
+    for (a, b), (c, d) in zip(loader, gathered, strict=True):
+        assert torch.equal(a, c) and torch.equal(b, d)
+
+
+def test_channels_last_convnet_trains_prunes_and_saves(tmp_path: Path) -> None:
+    """What ``train`` does for EDSR on CUDA, on the CPU: channels-last weights and inputs give the same
+    steps as the default layout, the pruner's masks hold, and the checkpoint loads back equal."""
+    from iss import archs, checkpoint, pruning
+
+    config = TrainConfig(arch="edsr-l", scale=2, method="iss-p", ratio=0.5, iters=4, prune_iters=2)
+    runs = []
+    for layout in (torch.contiguous_format, torch.channels_last):
+        torch.manual_seed(0)
+        model = archs.build("edsr-l", 2, num_feat=8, num_block=2).to(memory_format=layout)
+        pruner = pruning.build("iss-p", model, 0.5, prune_iters=2)
+        trainer = Trainer(model, pruner, config)
+        trainer.channels_last = layout == torch.channels_last
+        torch.manual_seed(1)
+        for _ in range(4):
+            trainer.step(torch.rand(2, 3, 8, 8), torch.rand(2, 3, 16, 16))
+        runs.append((model, pruner))
+    (dense, dense_pruner), (nhwc, nhwc_pruner) = runs
+    assert nhwc.body[0].conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    for name, mask in dense_pruner.masks.items():
+        assert torch.equal(mask, nhwc_pruner.masks[name]), name
+    for a, b in zip(dense.parameters(), nhwc.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    path = checkpoint.save(nhwc, tmp_path / "m.safetensors", {"arch": "edsr-l", "scale": 2,
+                           "arch_kwargs": {"num_feat": 8, "num_block": 2}}, nhwc_pruner.masks)  # fmt: skip
+    loaded, _ = checkpoint.load(path)
+    for a, b in zip(loaded.parameters(), nhwc.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("arch", ["swinir-light", "edsr-l", "cat-r"])
+def test_a_gpu_style_step_never_waits_for_the_device(arch: str) -> None:
+    """What ``train`` runs on CUDA between two checks: forward, L1, backward, the sync-free pruner, fused
+    Adam and the telemetry recorder, with no call that reads device data on the host (CPU stand-in for
+    ``torch.cuda.set_sync_debug_mode("error")``)."""
+    from iss import archs, pruning
+
+    model = archs.build(arch, 2, **TINY_ARCHS[arch])
+    pruner = pruning.build("iss-p", model, 0.9, prune_iters=3, sync_free=True)
+    recorder = pruning.TelemetryRecorder(pruner)
+    trainer = Trainer(model, pruner, TrainConfig(iters=6, prune_iters=3))
+    trainer.optimizer = torch.optim.Adam(model.parameters(), lr=2e-4, fused=True)  # as on CUDA
+    lr, hr = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 32, 32)
+    trainer.step(lr, hr, check=False)  # optimizer state made
+    with NoHostSync():
+        for _ in range(4):  # through the freeze at K_p = 3
+            recorder.record(trainer.step(lr, hr, check=False))
+    assert pruner.stage == "finetune" and len(recorder.flush()) == 4
+
+
+def test_resume_refuses_a_changed_config(stand_ins: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, stand_ins, iters=3)
+    list(train_mod.train(config))
+    with pytest.raises(ValueError, match="ratio"):
+        next(train_mod.train(dataclasses.replace(config, ratio=0.7, iters=6), resume=True))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign"])
+def test_resume_from_a_damaged_state_is_one_line(stand_ins: dict, tmp_path: Path, damage: str) -> None:
+    """Issue 30 item 5: ``--resume`` from a truncated or foreign ``state.pt`` says so in one line (exit 2)."""
+    config = _config(tmp_path, stand_ins, iters=3)
+    list(train_mod.train(config))
+    state = Path(config.out) / "state.pt"
+    if damage == "truncated":
+        state.write_bytes(state.read_bytes()[:200])
+    else:
+        torch.save({"weights": torch.zeros(2)}, state)
+    with pytest.raises(ValueError, match=r"cannot resume: .*state\.pt is not a readable training state"):
+        next(train_mod.train(dataclasses.replace(config, iters=6), resume=True))
+
+
+def test_train_writes_log_and_sparse_checkpoint(stand_ins: dict, tmp_path: Path, monkeypatch) -> None:
+    from iss import checkpoint
+
+    config = _config(tmp_path, stand_ins)
+    events = list(train_mod.train(config))
+    path = events[-1].checkpoint
+    assert path == Path(config.out) / "model.safetensors"
+    records = [json.loads(line) for line in (Path(config.out) / "log.jsonl").read_text().splitlines()]
+    assert records[0]["event"] == "start" and records[-1]["iteration"] == 6
+    assert all(np.isfinite(r["loss"]) for r in records[1:])
+    meta = checkpoint.read_meta(path)
+    assert meta["method"] == "iht" and meta["iterations"] == 6 and meta["budget"]["prune_iters"] == 3
+    if not _real("iss.archs", "build"):
+        monkeypatch.setattr(checkpoint, "_build_model", lambda arch, scale, kwargs: _StandInSR(scale))
+    model, _ = checkpoint.load(path)
+    trained = _final_state(Path(config.out))["model"]
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            assert int((module.weight == 0).sum()) >= math.ceil(config.ratio * module.weight.numel())
+
+
+def test_nan_during_train_keeps_last_good_state(stand_ins: dict, tmp_path: Path, monkeypatch) -> None:
+    config = _config(tmp_path, stand_ins)
+    real_step = Trainer.step
+
+    def poisoned(self, lr, hr, **options):
+        if self.pruner.iteration == 4:
+            lr = lr * float("nan")
+        return real_step(self, lr, hr, **options)
+
+    monkeypatch.setattr(Trainer, "step", poisoned)
+    with pytest.raises(NonFiniteLossError):
+        list(train_mod.train(config))
+    assert _final_state(Path(config.out))["iteration"] == 3
+    last = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == "stopped" and "nan" in last["reason"]
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_gloo(tmp_path: Path) -> None:
+    """``torchrun --nproc_per_node 2`` on CPU (gloo): trains, and both ranks end with identical masks."""
+    if not (_real("iss.archs", "build") and _real("iss.pruning", "build")):
+        pytest.skip("needs the real iss.archs and iss.pruning")
+    config = _config(tmp_path, TINY_SWINIR)
+    env = {**os.environ, "ISS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "iss", "train", "--arch", "swinir-light", "--scale", "2", "--method", "iss-p", "--ratio", "0.5",
+        "--iters", "4", "--prune-iters", "2", "--batch", "2", "--patch", "8", "--train-data",
+        config.train_data[0], "--out", config.out, "--arch-kwargs", json.dumps(TINY_SWINIR), "--threads", "1",
+        "--mask-check-every", "1", "--no-progress",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    try:
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:  # a hung run: end the launcher and its workers, not just the launcher
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, stderr[-3000:]
+    records = [json.loads(line) for line in (Path(config.out) / "log.jsonl").read_text().splitlines()]
+    agree = [r for r in records if r.get("event") == "masks_agree"]
+    assert agree and agree[-1]["ranks"] == 2 and agree[-1]["iteration"] == 4
+    assert (Path(config.out) / "model.safetensors").is_file()
+    assert [r.get("event") for r in records].count("start") == 1  # only rank 0 logs
+
+
+def test_cli_preset_then_explicit_flags() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    train_cli.add_arguments(parser)
+    args = parser.parse_args(
+        ["--preset", "cpu-short", "--iters", "400", "--batch", "2", "--train-data", "a,b", "--out", "o",
+         "--arch-kwargs", '{"embed_dim": 12}', "--milestones", ""]
+    )  # fmt: skip
+    config = train_cli.config_from_args(args)
+    assert (config.iters, config.prune_iters, config.batch, config.patch) == (400, 200, 2, 24)
+    assert (
+        config.train_data == ("a", "b")
+        and config.arch_kwargs == {"embed_dim": 12}
+        and config.milestones == ()
+    )
+    with pytest.raises(ValueError, match="--arch-kwargs"):
+        train_cli.config_from_args(
+            parser.parse_args(["--train-data", "a", "--out", "o", "--arch-kwargs", "[1]"])
+        )
+
+
+def test_cli_train_command(stand_ins: dict, tmp_path: Path) -> None:
+    from iss.cli import main
+
+    config = _config(tmp_path, stand_ins)
+    argv = [
+        "train", "--arch", "swinir-light", "--scale", "2", "--method", "iss-p", "--ratio", "0.5",
+        "--iters", "2", "--prune-iters", "1", "--batch", "2", "--patch", "8",
+        "--train-data", config.train_data[0], "--out", config.out, "--arch-kwargs", json.dumps(stand_ins),
+        "--threads", "1", "--no-progress",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert (Path(config.out) / "model.safetensors").is_file()
+    assert main(argv) == 2  # an existing run is not overwritten without --resume
+
+
+@pytest.mark.slow
+def test_periodic_validation_on_set5(stand_ins: dict, benchmarks: Path, tmp_path: Path) -> None:
+    set5 = str(benchmarks / "Set5")
+    config = _config(tmp_path, stand_ins, iters=2, prune_iters=1, val_every=2, val_data=set5)
+    events = list(train_mod.train(config))
+    assert events[0].val_psnr is None and 5.0 < events[1].val_psnr < 40.0
+    last = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[-1])
+    assert last["val_psnr"] == events[1].val_psnr
+
+
+def test_fastest_mode_takes_bf16_or_compile_only_where_they_pay() -> None:
+    speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 6.5, "compiled bf16": 12.0}
+    assert train_mod.fastest_mode(speeds) == {"amp": True, "compile": True}
+    assert train_mod.fastest_mode(speeds | {"compiled bf16": 6.4, "eager bf16": 6.5}) == {
+        "amp": False, "compile": False,
+    }  # fmt: skip
+    assert train_mod.fastest_mode(speeds | {"compiled bf16": 7.0}) == {"amp": True, "compile": False}
+
+
+def test_mode_speeds_are_measured_once_per_machine_and_shape(
+    stand_ins: dict, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def measure(config: TrainConfig, seconds: float) -> float:
+        calls.append(train_mod.precision(config))
+        return {"eager fp32": 6.0, "eager bf16": 9.0}.get(calls[-1], 5.0)
+
+    monkeypatch.setattr(train_mod, "_steps_per_second", measure)
+    config = _config(tmp_path, stand_ins)
+    speeds = train_mod.mode_speeds(config)
+    assert calls == ["eager fp32", "eager bf16", "compiled fp32", "compiled bf16"]
+    assert train_mod.mode_speeds(config) == speeds and len(calls) == 4  # cached
+    train_mod.mode_speeds(dataclasses.replace(config, batch=3))
+    assert len(calls) == 8  # another shape is measured again
+    assert (
+        "AMD" in train_mod.cpu_signature()
+        or "Intel" in train_mod.cpu_signature()
+        or train_mod.cpu_signature()
+    )
+
+
+def test_a_real_probe_times_steps_and_leaves_the_rng_alone(stand_ins: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, stand_ins)
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    assert train_mod._steps_per_second(dataclasses.replace(config, amp=True), seconds=0.05) > 0
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_pick_mode_trains_with_the_fastest_and_records_it(
+    stand_ins: dict, tmp_path: Path, monkeypatch
+) -> None:
+    from iss import checkpoint
+
+    speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 6.1, "compiled bf16": 8.0}
+    monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds)
+    config = _config(tmp_path, stand_ins, pick_mode=True, iters=3)
+    events = list(train_mod.train(config))
+    start = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[0])
+    assert start["config"]["amp"] is True and start["config"]["compile"] is False
+    assert start["mode_speeds"] == speeds
+    assert checkpoint.read_meta(events[-1].checkpoint)["budget"]["precision"] == "eager bf16"
+    monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds | {"eager bf16": 1.0})
+    resumed = list(train_mod.train(dataclasses.replace(config, iters=5), resume=True))  # another machine
+    assert resumed[-1].iteration == 5

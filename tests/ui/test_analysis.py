@@ -1,0 +1,183 @@
+"""The Analysis tab as plain functions (no server): live ISS-P vs IHT runs, their states, recordings."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+import torch
+from common import TINY
+
+import iss
+from iss.train import NonFiniteLossError
+from iss.train.recording import RunTrace, load_recording, load_state, save_recording, save_state
+from iss.ui import analysis
+
+
+@pytest.mark.slow  # ~3 s idle, much more on a loaded machine
+def test_train_live_streams_updates() -> None:
+    updates = list(
+        analysis.train_live(
+            "swinir-light", 2, 0.9, 0.95, 3, 2, 8, 2, arch_kwargs=TINY, update_seconds=0.0, device="cpu"
+        )
+    )
+    assert len(updates) >= 3
+    flips, grads, training, status = updates[-1]
+    assert all(isinstance(f, go.Figure) for f in (flips, grads, training))
+    assert "3 / 3" in status and "too short" in status and "K_p 2," in status
+    names = {trace.name for trace in flips.data}
+    assert any(n.startswith("ISS-P") for n in names) and any(n.startswith("IHT") for n in names)
+    # same init, same batches: the first losses agree exactly
+    first_losses = [trace.y[0] for trace in training.data if trace.name.endswith("loss")]
+    assert len(first_losses) == 2 and first_losses[0] == pytest.approx(first_losses[1])
+
+
+def test_live_run_state_round_trip(tmp_path: Path) -> None:
+    run = analysis.build_live_run("swinir-light", 2, 0.9, 0.95, 100, None, arch_kwargs=TINY)
+    batches = analysis.training_batches(2, 8, 2)
+    for i in range(1, 3):
+        lr, hr = next(batches)
+        for name in run.trainers:
+            run.traces[name].commit(i, run.trainers[name].step(lr, hr))
+    save_state(tmp_path / "s.safetensors", run.models, run.pruners, {"iteration": 2})
+    fresh = analysis.build_live_run("swinir-light", 2, 0.9, 0.95, 100, None, arch_kwargs=TINY, seed=1)
+    assert load_state(tmp_path / "s.safetensors", fresh.models, fresh.pruners) == {"iteration": 2}
+    for name in run.models:
+        saved = dict(run.models[name].named_parameters())
+        for key, param in fresh.models[name].named_parameters():
+            assert torch.equal(param, saved[key].detach().half().float())
+        assert fresh.pruners[name].iteration == 2
+        for key, mask in run.pruners[name].masks.items():
+            assert torch.equal(fresh.pruners[name].masks[key], mask)
+    save_recording(tmp_path, {"arch": "swinir-light", "states": []}, run.traces)
+    config, traces = load_recording(tmp_path)
+    assert config["iterations_done"] == 2 and config["layers"] == run.traces["iss-p"].layers
+    assert traces["iht"].loss == pytest.approx(run.traces["iht"].loss, rel=1e-3)
+    layer = config["layers"][0]
+    assert traces["iss-p"].grad_norm[layer] == pytest.approx(run.traces["iss-p"].grad_norm[layer], rel=0.01)
+
+
+def _live(iterations: int = 3, **kwargs):
+    """A tiny live run from random init (``train_live``'s generator), updating after every iteration."""
+    options = dict(arch_kwargs=TINY, update_seconds=0.0, device="cpu", start=analysis.RANDOM_INIT)
+    return analysis.train_live("swinir-light", 2, 0.9, 0.95, iterations, 2, 8, 2, **{**options, **kwargs})
+
+
+def test_stop_keeps_the_plots_and_says_where() -> None:
+    stop = threading.Event()
+    stream = _live(50, stop=stop)
+    next(stream)
+    stop.set()
+    rest = list(stream)
+    assert len(rest) == 1  # one last update, then the run ends
+    flips, grads, training, status = rest[0]
+    assert "Stopped at iteration 2** (2 done; you pressed Stop)" in status and "2 / 50" in status
+    assert all(len(fig.data) > 0 for fig in (flips, grads, training))
+    assert len(next(t for t in training.data if t.name == "ISS-P loss").x) == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (NonFiniteLossError("loss is nan at iteration 2"), "Stopped: loss is nan at iteration 2"),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory"), "Stopped: out of memory at iteration 2"),
+    ],
+    ids=["nan-loss", "out-of-memory"],
+)
+def test_failures_end_with_a_message(monkeypatch: pytest.MonkeyPatch, error: Exception, message: str) -> None:
+    step = iss.train.Trainer.step
+    calls = []
+
+    def failing_step(self, lr, hr):
+        calls.append(1)
+        if len(calls) > 2:  # both runs did iteration 1
+            raise error
+        return step(self, lr, hr)
+
+    monkeypatch.setattr(iss.train.Trainer, "step", failing_step)
+    *_, (flips, _grads, _training, status) = list(_live(5))
+    assert message in status and "1 / 5" in status and len(flips.data) > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("iterations", math.nan, "iterations must be a whole number"),
+        ("prune_iters", math.nan, "K_p"),
+        ("prune_iters", math.inf, "K_p"),
+        ("ratio", 1.5, "pruning ratio must be between 0 and 1"),
+        ("alpha", math.nan, "alpha must be a finite number"),
+        ("patch", 4, "LR patch 8-64"),
+        ("batch", 2.5, "batch must be a whole number"),
+        ("arch", "resnet", "unknown backbone 'resnet'"),
+        ("layers", ["nope.weight"], "no prunable layer 'nope.weight'"),
+    ],
+)
+def test_bad_settings_get_a_clear_message(field: str, value, message: str) -> None:
+    settings = dict(
+        arch="swinir-light", scale=2, ratio=0.9, alpha=0.95, iterations=2, prune_iters=2, patch=8, batch=2
+    )
+    settings[field] = value
+    with pytest.raises(ValueError, match=re.escape(message)):
+        next(analysis.train_live(**settings, arch_kwargs=TINY, device="cpu", start=analysis.RANDOM_INIT))
+
+
+def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(iss.sparse.speed, "gflops", lambda kind, arch, device: 50.0)
+    plan = analysis.plan_live_run("edsr-l", 4, 100, 64, 32, device="cpu")  # issue 17: 7.8 GB and counting
+    assert (plan.batch, plan.patch) != (32, 64) and plan.memory_bytes <= plan.budget_bytes
+    assert plan.seconds_per_iteration <= analysis.MAX_ITERATION_SECONDS
+    text = plan.describe()
+    assert "Batch 32 with LR patch 64 would need about" in text and f"shrunk to batch {plan.batch}" in text
+    assert "A live run stops after 15 min" in text
+    small = analysis.plan_live_run("swinir-light", 2, 5000, 16, 4, device="cpu")
+    assert (small.batch, small.patch, small.iterations) == (
+        4,
+        16,
+        2000,
+    ) and "capped at 2000" in small.describe()
+    monkeypatch.setattr(analysis.cost, "memory_budget", lambda device: 100e6)
+    with pytest.raises(ValueError, match="too big for a live run here even at batch 1 and LR patch 8"):
+        analysis.plan_live_run("edsr-l", 4, 10, 16, 4, device="cpu")
+
+
+def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The factory's CPU recording (SwinIR-light x4, 0.95, K_p 3,000): the app starts from its last state."""
+    monkeypatch.setattr(iss.sparse.speed, "gflops", lambda kind, arch, device: 50.0)
+    start = analysis.default_start()
+    assert start == "swinir-light_x4_r0.95_cpu @ 2250"
+    settings = analysis.start_settings(start)
+    assert settings["optimizer"] and settings["prune_iters"] == 3000
+    text = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, start, device="cpu").describe()
+    assert "with optimizer state" in text and "swinir-light x4" in text  # the recording's scale, not x2
+
+
+@pytest.mark.parametrize("name", ["..", "../../checkpoints", "/etc", "x @ 1"])
+def test_recordings_are_named_never_reached_by_path(name: str) -> None:
+    """Only the bundled recordings' names open a folder: a client's path gets the list of names instead."""
+    with pytest.raises(KeyError, match="choose one of"):
+        analysis.recording_layers(name)
+    with pytest.raises(KeyError, match="no recorded state"):
+        analysis.start_settings(f"{name} @ 1")
+
+
+def test_the_mask_sentence_is_computed_from_the_run() -> None:
+    """Issue 27 item 4: the text says what the plot shows (here IHT moves more), never a fixed claim."""
+    traces = {run: RunTrace(layers=[]) for run in ("iss-p", "iht")}
+    for i, (flips_p, flips_i) in enumerate([(0.2, 0.4), (0.4, 0.8)], 1):
+        for run, flips in (("iss-p", flips_p), ("iht", flips_i)):
+            traces[run].commit(i, 0.1)
+            traces[run].flips_total[-1], traces[run].distance_first[-1] = (
+                flips,
+                5.5 if run == "iss-p" else 6.3,
+            )
+    text = analysis.mask_summary(traces)
+    assert "ISS-P flips 0.3‰" in text and "IHT 0.6‰ and 6.3‰" in text
+    assert text.endswith("ISS-P's mask moves less than IHT's.")
+    assert analysis.mask_summary({"iss-p": traces["iss-p"]}) == ""

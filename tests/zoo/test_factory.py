@@ -1,0 +1,259 @@
+"""The zoo factory: time-boxed, resumable training of a plan's cells, merged into the zoo manifest."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from iss import checkpoint, train, zoo
+from iss.evaluate import evaluate
+from iss.infer import model_upscaler
+from iss.train.recording import load_recording, optimizer_runs
+from iss.ui import analysis
+from iss.zoo import factory
+from iss.zoo.plan import load_plan
+from tests.common import ROOT
+
+TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
+
+
+def _plan(tmp_path: Path, iters: tuple[int, int] = (40, 30)) -> Path:
+    """Two groups of two methods, tiny SwinIR-light: x2 (ISS-P, IHT) and x3 at 0.9 (L1, SRP)."""
+    plan = {
+        "version": 1,
+        "train_data": ["train/a"],
+        "eval": ["Set5"],
+        "defaults": {"batch": 2, "patch": 8, "arch_kwargs": TINY_SWINIR},
+        "groups": [
+            {
+                "arch": "swinir-light",
+                "scale": 2,
+                "ratio": 0.5,
+                "iters": iters[0],
+                "prune_iters": iters[0] // 2,
+                "milestones": [iters[0] * 3 // 4],
+                "methods": ["iss-p", "iht"],
+            },
+            {
+                "arch": "swinir-light",
+                "scale": 3,
+                "ratio": 0.9,
+                "iters": iters[1],
+                "prune_iters": 10,
+                "methods": ["l1", "srp"],
+            },
+        ],
+    }
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def _zoo_train(plan: Path, work: Path, data_dir: Path) -> list[str]:
+    """The ``zoo train`` command line of a test: one CPU thread per cell (add ``--minutes``)."""
+    return [sys.executable, "-m", "iss", "zoo", "train", "--plan", str(plan), "--work", str(work),
+            "--data-dir", str(data_dir), "--device", "cpu", "--threads", "1"]  # fmt: skip
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.read(path)[0]
+
+
+def test_a_cell_paused_at_its_deadline_resumes_exactly(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, with a clock that runs out after 7 iterations: the cell keeps its state and time, the
+    next call finishes it bit for bit like a run that never stopped, then evaluates it."""
+    plan = load_plan(_plan(tmp_path))
+    cell = plan.cells[0]
+    torch.set_num_threads(1)
+    straight = cell.config([str(data_dir / "train" / "a")], tmp_path / "straight", device="cpu", threads=1)
+    list(train.train(straight))
+
+    clock = iter(range(10_000))  # one "second" per reading: the deadline, 8 s away, passes at iteration 8
+    with monkeypatch.context() as patch:
+        patch.setattr(time, "monotonic", lambda: next(clock))
+        record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 8, threads=1)
+    folder = tmp_path / "work" / cell.name
+    assert 0 < record.iterations < cell.iters and not record.metrics
+    assert json.loads((folder / "cell.json").read_text())["iterations"] == record.iterations
+    assert not (folder / "model.safetensors").exists()
+
+    record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    assert record.trained and record.train_seconds > 0 and set(record.metrics) == {"Set5"}
+    # ISS-P of a group that also trains IHT is recorded for the Analysis tab, across the pause.
+    config, traces = load_recording(folder / "recording")
+    assert traces["iss-p"].iterations == list(range(1, cell.iters + 1))
+    assert np.isfinite(traces["iss-p"].loss).all() and traces["iss-p"].finetune_from == cell.prune_iters
+    assert [s["iteration"] for s in config["states"]] == [cell.prune_iters // 2, cell.prune_iters * 3 // 4]
+    assert optimizer_runs(folder / "recording" / config["states"][0]["file"]) == ["iss-p"]
+    finished, reference = (
+        _tensors(folder / "model.safetensors"),
+        _tensors(Path(straight.out) / "model.safetensors"),
+    )
+    assert finished.keys() == reference.keys()
+    assert all(torch.equal(finished[k], reference[k]) for k in finished)
+    # Metrics come from the sparse CPU path; they equal PyTorch's dense evaluation.
+    model, _ = checkpoint.load(folder / "model.safetensors")
+    dense = evaluate(model_upscaler(model), ["Set5"], 2, data_dir / "benchmarks", progress=False)
+    assert record.metrics["Set5"]["psnr"] == pytest.approx(dense["Set5"]["psnr"], abs=1e-3)
+
+
+def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) -> None:
+    plan = load_plan(_plan(tmp_path))
+    factory.CellRecord(plan.cells[0].to_dict(), iterations=3).write(tmp_path / "work" / plan.cells[0].name)
+    changed = load_plan(_plan(tmp_path, iters=(60, 30)))
+    with pytest.raises(ValueError, match="different plan cell"):
+        factory.status(changed, tmp_path / "work")
+
+
+@pytest.mark.slow
+def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command a GPU session runs: a first call that runs out of time, a second that finishes the plan
+    (two cells at once); every checkpoint equals an uninterrupted ``iss.train`` run of its cell, and the
+    merged zoo entries verify, load, and are exactly as sparse as claimed."""
+    plan_path = _plan(tmp_path, iters=(150, 60))
+    plan, work = load_plan(plan_path), tmp_path / "work"
+    command = _zoo_train(plan_path, work, data_dir)
+    first = subprocess.run([*command, "--minutes", "0.3"], capture_output=True, text=True, cwd=ROOT)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert factory.pending(plan, work, data_dir / "benchmarks"), "the first call should not finish the plan"
+    second = subprocess.run(
+        [*command, "--minutes", "10", "--jobs", "2"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert not factory.pending(plan, work, data_dir / "benchmarks"), second.stdout
+
+    torch.set_num_threads(1)
+    for cell in plan.cells:
+        straight = cell.config(
+            [str(data_dir / "train" / "a")], tmp_path / "straight" / cell.name, device="cpu", threads=1
+        )
+        list(train.train(straight))
+        got, want = (
+            _tensors(work / cell.name / "model.safetensors"),
+            _tensors(Path(straight.out) / "model.safetensors"),
+        )
+        assert all(torch.equal(got[k], want[k]) for k in want), cell.name
+
+    manifest = tmp_path / "zoo" / "zoo.json"
+    added = factory.add_to_zoo(
+        plan,
+        work,
+        manifest,
+        datasets=["Set5"],
+        benchmarks=data_dir / "benchmarks",
+        recordings=tmp_path / "rec",
+    )
+    assert added == [c.name for c in plan.cells]
+    # The x2 group trained ISS-P and IHT: one recording of both, with the latest state of both runs (the one
+    # a live run starts from; the earlier one is left out for size).
+    config, traces = load_recording(tmp_path / "rec" / "swinir-light_x2_r0.5_cpu")
+    assert set(traces) == {"iss-p", "iht"} and config["iterations_done"] == 150
+    prune_iters = next(c.prune_iters for c in plan.cells if c.group == "swinir-light_x2_r0.5")
+    assert [s["iteration"] for s in config["states"]] == [prune_iters * 3 // 4]
+    assert sorted(p.name for p in (tmp_path / "rec" / "swinir-light_x2_r0.5_cpu").glob("state_*")) == [
+        config["states"][0]["file"]
+    ]
+    state = tmp_path / "rec" / "swinir-light_x2_r0.5_cpu" / config["states"][-1]["file"]
+    assert sorted(optimizer_runs(state)) == ["iht", "iss-p"]
+    _check_the_analysis_tab_reads(tmp_path / "rec", "swinir-light_x2_r0.5_cpu", config, monkeypatch)
+    # The same group trained on a GPU, whose latest states zoo export left out: its recording takes the
+    # states that came back, and supersedes the CPU one's, whose series stay.
+    for cell in (c for c in plan.cells if c.group == "swinir-light_x2_r0.5"):
+        (work / cell.name / "recording" / config["states"][0]["file"]).unlink()
+    record = work / next(
+        c.name for c in plan.cells if c.group == "swinir-light_x2_r0.5" and c.method == "iss-p"
+    )
+    cell = json.loads((record / "cell.json").read_text())
+    (record / "cell.json").write_text(json.dumps({**cell, "device": "cuda: NVIDIA H100"}))
+    gpu, cpu = (tmp_path / "rec" / f"swinir-light_x2_r0.5_{d}" for d in ("gpu", "cpu"))
+    assert factory.add_recordings(plan, work, tmp_path / "rec", names=added) == [gpu]
+    assert load_recording(gpu)[0]["states"] == [
+        {"iteration": prune_iters // 2, "file": f"state_{prune_iters // 2}.safetensors"}
+    ]
+    assert [p.name for p in gpu.glob("state_*")] == [f"state_{prune_iters // 2}.safetensors"]
+    assert not list(cpu.glob("state_*")) and load_recording(cpu)[0]["states"] == []
+    assert set(load_recording(cpu)[1]) == {"iss-p", "iht"}
+    # Behind a first group that trains ISS-P and IHT too, the x2 group keeps its series only.
+    raw = json.loads(plan_path.read_text())
+    first = {**raw["groups"][0], "scale": 4, "iters": 8, "prune_iters": 4, "milestones": [6]}
+    behind = tmp_path / "behind.json"
+    behind.write_text(json.dumps({**raw, "groups": [first, *raw["groups"]]}))
+    assert factory.add_recordings(load_plan(behind), work, tmp_path / "rec2", names=added) == [
+        tmp_path / "rec2" / "swinir-light_x2_r0.5_gpu"
+    ]
+    assert load_recording(tmp_path / "rec2" / "swinir-light_x2_r0.5_gpu")[0]["states"] == []
+    assert not list((tmp_path / "rec2").rglob("state_*"))
+    for entry in zoo.load_zoo(manifest):
+        zoo.verify(entry.bundled, entry)
+        model, meta = checkpoint.load(entry.bundled)
+        record = json.loads((work / entry.name / "cell.json").read_text())
+        assert entry.metrics["Set5"]["psnr"] == pytest.approx(record["metrics"]["Set5"]["psnr"], abs=1e-4)
+        assert entry.budget["iterations"] == meta["iterations"] == record["cell"]["iters"]
+        assert entry.budget["device"].startswith("cpu") and entry.budget["git_commit"]
+        for name, mask in checkpoint.read_masks(entry.bundled).items():
+            weight, kept = model.get_parameter(name), int(mask.sum())
+            assert kept == weight.numel() - int(np.ceil(round(entry.ratio * weight.numel(), 6))), name
+
+
+def _check_the_analysis_tab_reads(
+    recordings: Path, name: str, config: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Analysis tab shows a factory recording whole and starts a live run from its latest state, with
+    the recorded backbone, K_p and Adam moments."""
+    monkeypatch.setattr(analysis, "RECORDINGS_DIR", recordings)
+    iterations = [s["iteration"] for s in config["states"]]
+    assert analysis.recorded_states() == [analysis.RANDOM_INIT] + [f"{name} @ {i}" for i in iterations]
+    start = analysis.default_start()
+    assert start == f"{name} @ {max(iterations)}"
+    settings = analysis.start_settings(start)
+    assert settings["optimizer"] and settings["arch_kwargs"] == TINY_SWINIR
+    assert settings["prune_iters"] == config["prune_iters"]
+    *_, status = list(analysis.train_live(iterations=2, start=start, patch=8, batch=2, update_seconds=0.0))[
+        -1
+    ]
+    assert f"iteration {max(iterations) + 2} " in status
+    assert "with the optimizer's state (Adam's moments) as recorded" in status
+    assert f"{config['iterations_done']} iterations of each run" in analysis.recorded_figures(name)[-1]
+
+
+def test_merge_keeps_a_gpu_entry_from_a_cpu_one(tmp_path: Path) -> None:
+    base = json.loads((ROOT / "checkpoints" / "zoo.json").read_text())["entries"][0]
+    manifest = tmp_path / "zoo.json"
+    gpu = {**base, "budget": {**base["budget"], "device": "NVIDIA H100 80GB HBM3"}}
+    zoo.merge_entries(manifest, [gpu])
+    with pytest.raises(ValueError, match="GPU-trained"):
+        zoo.merge_entries(manifest, [base])
+    assert zoo.merge_entries(manifest, [base], force=True) == [base["name"]]
+    assert [e.budget["device"] for e in zoo.load_zoo(manifest)] == [base["budget"]["device"]]
+
+
+@pytest.mark.slow
+def test_sigterm_pauses_the_running_cells_cleanly(tmp_path: Path, data_dir: Path) -> None:
+    """Stopping ``zoo train`` (SIGTERM, as ``kill`` does) pauses each running cell where it is: its state
+    and record agree, nothing is lost since the last save, and the log says ``paused``."""
+    plan_path = _plan(tmp_path, iters=(5000, 60))
+    work = tmp_path / "work"
+    command = [*_zoo_train(plan_path, work, data_dir), "--minutes", "9"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = work / "swinir-light_x2_iss-p_r0.5" / "log.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 2):
+        time.sleep(0.5)  # started, and trained past its first 100 iterations
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0, process.stdout.read()[-2000:]
+    record = json.loads((work / "swinir-light_x2_iss-p_r0.5" / "cell.json").read_text())
+    state = torch.load(work / "swinir-light_x2_iss-p_r0.5" / "state.pt", weights_only=True)
+    assert 100 <= record["iterations"] == state["iteration"] < 5000
+    assert json.loads(log.read_text().splitlines()[-1])["event"] == "paused"
