@@ -19,11 +19,19 @@ from huggingface_hub import constants
 from PIL import Image
 
 import iss
+import iss.speed
 import iss.spmm
 
 DATA = Path(os.environ.get("ISS_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time estimates as on an idle machine (``iss.speed.load_factor`` 1), whatever this one's load is now:
+    no test depends on it (tests/test_speed.py sets the loads it tests)."""
+    monkeypatch.setattr(iss.speed, "_system", lambda: (0.0, 2, 2))
 
 
 @pytest.fixture(params=["c", "mkl"])

@@ -145,6 +145,20 @@ def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
         analysis.plan_live_run("edsr-l", 4, 10, 16, 4, device="cpu")
 
 
+def test_the_first_plot_estimate_follows_the_machines_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 (first plot expected 1.0 s, took 9.2 s): 2 cores, others keep 6 threads busy: 4x idle."""
+    monkeypatch.setattr(iss.speed, "_observed", {})  # the priors, not the tiny runs of other tests
+    idle = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, device="cpu")
+    monkeypatch.setattr(iss.speed, "_system", lambda: (6.0, 2, 2))
+    monkeypatch.setattr(iss.speed, "_usage", lambda: (0.0, 6.0, 0.0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    busy = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, device="cpu")
+    assert (busy.batch, busy.patch) == (idle.batch, idle.patch) == (4, 16)
+    assert busy.first_update_seconds == pytest.approx(4 * idle.first_update_seconds)
+    assert busy.seconds_per_iteration == pytest.approx(4 * idle.seconds_per_iteration)
+    assert "about 25% of the CPU" in busy.describe() and "load" not in idle.describe()
+
+
 def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
