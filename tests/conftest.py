@@ -20,14 +20,22 @@ from PIL import Image
 
 import iss
 import iss.sparse.kernels
+import iss.sparse.speed
 
 DATA = Path(os.environ.get("ISS_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time estimates as on an idle machine (``iss.sparse.speed.load_factor`` 1), whatever the load now: no
+    test depends on it (tests/sparse/test_speed.py sets the loads it tests)."""
+    monkeypatch.setattr(iss.sparse.speed, "_system", lambda: (0.0, 2, 2))
+
+
 @pytest.fixture(params=["c", "mkl"])
-def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run the test with iss.sparse's compiled C kernels, then with the pure-PyTorch (MKL) fallback."""
     if request.param == "mkl":
         monkeypatch.setattr(iss.sparse.kernels, "load", lambda: None)

@@ -382,6 +382,8 @@ def plan_live_run(
     validation = len(RUNS) * traced.forward_flops / new_patch**2 * (VALIDATION_SIZE / scale) ** 2
     validation_seconds = validation / (iss.sparse.speed.gflops("dense", arch, device) * 1e9)
     first = iss.sparse.speed.setup_seconds(arch, device) + seconds + validation_seconds
+    if note := iss.sparse.speed.load_note(device):
+        notes.append(note)
     return LivePlan(
         arch, scale, new_batch, new_patch, iterations, seconds, first, memory, budget, device,
         flops(new_batch, new_patch), notes,

@@ -389,10 +389,10 @@ class Estimate:
     seconds: dict[str, float]
     lr_size: tuple[int, int]  # (width, height)
     scale: int
-    note: str = ""  # why the input was cropped, if it was
+    note: str = ""  # why the input was cropped, if it was; how the machine's load slows it, if it does
 
     def describe(self) -> str:
-        """One Markdown line: total, size, the slowest methods, and the crop note."""
+        """One Markdown line: total, size, the slowest methods, and the note (crop, load)."""
         w, h, scale = *self.lr_size, self.scale
         total = sum(self.seconds.values())
         slowest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:3]
@@ -451,6 +451,7 @@ def _bounded(
             "(or sparse kernels on the CPU) leave room for more."
         )
         seconds = _expected_seconds(lr.shape[:2], arch, scale, ratio, methods, sparse, device, zoo_path)
+    note = " ".join(n for n in (note, iss.sparse.speed.load_note(device)) if n)
     return lr, hr, Estimate(seconds, (lr.shape[1], lr.shape[0]), scale, note)
 
 
@@ -468,7 +469,8 @@ def _expected_seconds(
     seconds = {}
     for method in methods:
         if method == BICUBIC:
-            seconds[method] = 1e-7 * lr_shape[0] * lr_shape[1] * scale**2  # MATLAB bicubic: ~10 Mpx/s
+            pixels = lr_shape[0] * lr_shape[1] * scale**2
+            seconds[method] = 1e-7 * pixels / iss.sparse.speed.load_factor()  # MATLAB bicubic: ~10 Mpx/s
             continue
         try:
             entry = find_entry(arch, scale, ratio, method, zoo_path)

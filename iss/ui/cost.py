@@ -3,7 +3,7 @@
 FLOPs and autograd's saved activations come from tracing the backbone on PyTorch's ``meta`` device (shapes
 only: no memory, no arithmetic), once per backbone, scale and input size. Seconds come from FLOPs and this
 machine's speed per backbone, plus the time to build a live run (``iss.sparse.speed``: measured priors,
-replaced by what the app measures itself as it runs). No gradio.
+replaced by what the app measures itself as it runs, both at the machine's load now). No gradio.
 """
 
 from __future__ import annotations

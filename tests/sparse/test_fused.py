@@ -51,7 +51,7 @@ def test_fused_swin_block_at_the_training_size_and_on_two_threads(monkeypatch: p
 
 
 @pytest.mark.parametrize("scale", [3, 4])
-def test_fused_residual_blocks_and_upsamplers_equal_dense(kernels: str, scale: int) -> None:
+def test_fused_residual_blocks_and_upsamplers_equal_dense(kernel_path: str, scale: int) -> None:
     torch.manual_seed(0)
     model = masked(archs.build("edsr-l", scale, num_feat=8, num_block=3), 0.9)
     fast = sparsify(model, min_speedup=0.0)
@@ -59,17 +59,18 @@ def test_fused_residual_blocks_and_upsamplers_equal_dense(kernels: str, scale: i
     with torch.inference_mode():
         torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
     fused_blocks = [m for m in fast.modules() if isinstance(m, SparseResidualBlock)]
-    assert len(fused_blocks) == (3 if kernels == "c" else 0)  # the fallback keeps the plain blocks
+    assert len(fused_blocks) == (3 if kernel_path == "c" else 0)  # the fallback keeps the plain blocks
     shuffles = [m.factor for m in fast.modules() if isinstance(m, SparseConvShuffle)]
-    assert shuffles == ({3: [3], 4: [2, 2]}[scale] if kernels == "c" else [])
-    assert sparse_path(fast) == ("fused C kernels" if kernels == "c" else "PyTorch kernels (no C compiler)")
+    assert shuffles == ({3: [3], 4: [2, 2]}[scale] if kernel_path == "c" else [])
+    expected = "fused C kernels" if kernel_path == "c" else "PyTorch kernels (no C compiler)"
+    assert sparse_path(fast) == expected
 
 
 @pytest.mark.parametrize("mode", ["sparse", "dense"])
 @pytest.mark.parametrize("contiguous", [True, False])
 @pytest.mark.parametrize("shuffle", [1, 2])
 def test_conv_epilogue_relu_scale_residual_shuffle(
-    kernels: str, mode: str, contiguous: bool, shuffle: int
+    kernel_path: str, mode: str, contiguous: bool, shuffle: int
 ) -> None:
     """``conv(x, relu=, scale=, residual=, shuffle=)`` is ``pixel_shuffle(relu(conv(x))) * scale +
     residual`` on every path (a non-contiguous residual is added by torch after the kernel)."""
@@ -108,11 +109,11 @@ def test_slower_fused_block_runs_the_sparse_layers(monkeypatch: pytest.MonkeyPat
     assert "fused" not in layer_modes(fast).values()
 
 
-def test_no_fusion_without_the_compiler_or_when_asked(kernels: str) -> None:
+def test_no_fusion_without_the_compiler_or_when_asked(kernel_path: str) -> None:
     torch.manual_seed(0)
     model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
     x = torch.rand(1, 3, 9, 9)
-    for fast in (sparsify(model, fuse=False), *([sparsify(model)] if kernels == "mkl" else [])):
+    for fast in (sparsify(model, fuse=False), *([sparsify(model)] if kernel_path == "mkl" else [])):
         assert not any(isinstance(m, FusedSwinBlock | SparseResidualBlock) for m in fast.modules())
         with torch.inference_mode():
             torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)

@@ -19,7 +19,7 @@ RATIOS = (0.9, 0.95, 0.99)
 
 @pytest.mark.parametrize("ratio", RATIOS)
 @pytest.mark.parametrize("name", sorted(TINY_ARCHS))
-def test_backbone_sparse_equals_dense(name: str, ratio: float, kernels: str) -> None:
+def test_backbone_sparse_equals_dense(name: str, ratio: float, kernel_path: str) -> None:
     torch.manual_seed(0)
     model = masked(archs.build(name, 2, **TINY_ARCHS[name]), ratio)
     fast = sparsify(model, min_speedup=0.0)  # force the sparse kernels on every convertible layer
@@ -34,7 +34,7 @@ def test_backbone_sparse_equals_dense(name: str, ratio: float, kernels: str) -> 
 
 @pytest.mark.parametrize("kernel", [1, 3, 5])
 @pytest.mark.parametrize("bias", [True, False])
-def test_conv_matches_dense(kernel: int, bias: bool, kernels: str) -> None:
+def test_conv_matches_dense(kernel: int, bias: bool, kernel_path: str) -> None:
     conv = masked(nn.Conv2d(6, 10, kernel, padding=kernel // 2, bias=bias), 0.9)
     layer = SparseConv2d(conv, layers._Plan(min_speedup=0.0))
     x = torch.randn(2, 6, 9, 7)
@@ -43,7 +43,7 @@ def test_conv_matches_dense(kernel: int, bias: bool, kernels: str) -> None:
     assert layer.mode == "sparse"
 
 
-def test_linear_matches_dense_on_any_leading_shape(kernels: str) -> None:
+def test_linear_matches_dense_on_any_leading_shape(kernel_path: str) -> None:
     mlp = masked(nn.Sequential(nn.Linear(12, 20), nn.GELU(), nn.Linear(20, 12, bias=False)), 0.9)
     fast = sparsify(mlp, min_speedup=0.0)
     x = torch.randn(2, 5, 3, 12)
@@ -52,7 +52,7 @@ def test_linear_matches_dense_on_any_leading_shape(kernels: str) -> None:
         torch.testing.assert_close(fast[0](x[0, 0]), mlp[0](x[0, 0]), atol=1e-5, rtol=0)
 
 
-def test_conv_reading_few_input_channels_gathers_them(kernels: str) -> None:
+def test_conv_reading_few_input_channels_gathers_them(kernel_path: str) -> None:
     conv = masked(nn.Conv2d(16, 3, 3, padding=1), 0.5)
     with torch.no_grad():
         conv.weight[:, 4:] = 0  # only input channels 0-3 are read
@@ -64,7 +64,7 @@ def test_conv_reading_few_input_channels_gathers_them(kernels: str) -> None:
         torch.testing.assert_close(layer.dense_weight(), conv.weight, atol=0, rtol=0)
 
 
-def test_all_zero_layers_give_the_bias(kernels: str) -> None:
+def test_all_zero_layers_give_the_bias(kernel_path: str) -> None:
     net = nn.Sequential(nn.Conv2d(4, 5, 3, padding=1), nn.Flatten(2), nn.Linear(12, 6))
     with torch.no_grad():
         for m in net:
@@ -76,7 +76,7 @@ def test_all_zero_layers_give_the_bias(kernels: str) -> None:
         torch.testing.assert_close(fast(x), net(x), atol=1e-6, rtol=0)
 
 
-def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernels: str) -> None:
+def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernel_path: str) -> None:
     """Tiny chunks on 2 threads: the pool path (several chunks per thread) gives the same result."""
     monkeypatch.setattr(layers, "ACC_BYTES", 64)  # one row per chunk
     monkeypatch.setattr(layers, "MIN_ROWS", 1)
@@ -120,7 +120,7 @@ def test_c_kernel_tiles_rows_and_columns(monkeypatch: pytest.MonkeyPatch, kernel
         torch.testing.assert_close(layer(wide), conv(wide), atol=1e-5, rtol=0)
 
 
-def test_chained_linears_match_dense(monkeypatch: pytest.MonkeyPatch, kernels: str) -> None:
+def test_chained_linears_match_dense(monkeypatch: pytest.MonkeyPatch, kernel_path: str) -> None:
     """The C kernel returns token-major tokens; the MKL path a channel-major (transposed) view. Either way
     the next layer, sparse or dense, reads it correctly."""
     monkeypatch.setattr(layers, "LINEAR_BUFFER_BYTES", 64)  # the C kernel: 16 tokens at a time
@@ -129,7 +129,7 @@ def test_chained_linears_match_dense(monkeypatch: pytest.MonkeyPatch, kernels: s
     x = torch.randn(3, 70, 12)  # 210 tokens: several chunks of 16 plus a tail
     with torch.inference_mode():
         hidden = fast[0](x)
-        assert hidden.is_contiguous() == (kernels == "c")
+        assert hidden.is_contiguous() == (kernel_path == "c")
         torch.testing.assert_close(fast(x), mlp(x), atol=1e-5, rtol=0)
 
 

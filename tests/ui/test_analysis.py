@@ -13,6 +13,7 @@ import torch
 from common import TINY
 
 import iss
+import iss.sparse.speed
 from iss.train import NonFiniteLossError
 from iss.train.recording import RunTrace, load_recording, load_state, save_recording, save_state
 from iss.ui import analysis
@@ -143,6 +144,20 @@ def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(analysis.cost, "memory_budget", lambda device: 100e6)
     with pytest.raises(ValueError, match="too big for a live run here even at batch 1 and LR patch 8"):
         analysis.plan_live_run("edsr-l", 4, 10, 16, 4, device="cpu")
+
+
+def test_the_first_plot_estimate_follows_the_machines_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 (first plot expected 1.0 s, took 9.2 s): 2 cores, others keep 6 threads busy: 4x idle."""
+    monkeypatch.setattr(iss.sparse.speed, "_observed", {})  # the priors, not the tiny runs of other tests
+    idle = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, device="cpu")
+    monkeypatch.setattr(iss.sparse.speed, "_system", lambda: (6.0, 2, 2))
+    monkeypatch.setattr(iss.sparse.speed, "_usage", lambda: (0.0, 6.0, 0.0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    busy = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, device="cpu")
+    assert (busy.batch, busy.patch) == (idle.batch, idle.patch) == (4, 16)
+    assert busy.first_update_seconds == pytest.approx(4 * idle.first_update_seconds)
+    assert busy.seconds_per_iteration == pytest.approx(4 * idle.seconds_per_iteration)
+    assert "about 25% of the CPU" in busy.describe() and "load" not in idle.describe()
 
 
 def test_bundled_recording_is_the_default_start_with_its_optimizer_state(

@@ -16,6 +16,7 @@ from PIL import Image
 
 import iss
 import iss.data.metrics
+import iss.sparse.speed
 from iss.ui import compare
 
 
@@ -235,6 +236,18 @@ def test_estimate_and_time_bound_crop_the_input(tiny_zoo: str, monkeypatch: pyte
     np.testing.assert_array_equal(
         comp.hr, iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")[24:72, 24:72]
     )
+
+
+def test_the_estimate_follows_the_machines_load(tiny_zoo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: on 2 cores where other work keeps 6 threads busy, 4x the idle estimate, and it says why."""
+    args = (_photo(96), "swinir-light", 2, 0.5, ["bicubic", "iht"])
+    idle = compare.estimate(*args, zoo_path=tiny_zoo, sparse=False)
+    monkeypatch.setattr(iss.sparse.speed, "_system", lambda: (6.0, 2, 2))
+    monkeypatch.setattr(iss.sparse.speed, "_usage", lambda: (0.0, 6.0, 0.0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    busy = compare.estimate(*args, zoo_path=tiny_zoo, sparse=False)
+    assert busy.seconds == pytest.approx({name: 4 * t for name, t in idle.seconds.items()})
+    assert "about 25% of the CPU" in busy.describe() and "CPU" not in idle.describe()
 
 
 METHODS = ("iht", "iss-p", "l1", "scratch")
