@@ -20,6 +20,7 @@ import numpy as np
 from torch import nn
 
 import iss
+from iss.zoo import METHOD_ORDER
 
 from . import figures
 from .compare import BICUBIC, bicubic_results, load_model, short_reason, zoo
@@ -30,7 +31,6 @@ ZOO_VS_PAPER_HEADERS = [
     *(f"{name}: ours (paper)" for name in iss.data.BENCHMARKS),
     "paper table",
 ]  # fmt: skip
-METHOD_ORDER = ("iss-p", "iht", "iss-r", "l1", "srp", "assl", "scratch")  # ISS-P first, then its baselines
 TOP_CHANNELS = 0.1  # "densest 10% of channels"
 
 

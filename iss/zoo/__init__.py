@@ -8,6 +8,7 @@ The manifest's API is re-exported here: ``iss.zoo.load_zoo()``, ``iss.zoo.locate
 from .manifest import (
     DEFAULT_HUB_REPO,
     DEFAULT_ZOO,
+    METHOD_ORDER,
     HubRef,
     Resolved,
     ZooEntry,
@@ -18,6 +19,7 @@ from .manifest import (
     markdown_table,
     merge_entries,
     model_card,
+    overview_table,
     pin_manifest,
     push_zoo,
     resolve,
@@ -29,6 +31,7 @@ from .manifest import (
 __all__ = [
     "DEFAULT_HUB_REPO",
     "DEFAULT_ZOO",
+    "METHOD_ORDER",
     "HubRef",
     "Resolved",
     "ZooEntry",
@@ -39,6 +42,7 @@ __all__ = [
     "markdown_table",
     "merge_entries",
     "model_card",
+    "overview_table",
     "pin_manifest",
     "push_zoo",
     "resolve",

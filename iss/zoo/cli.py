@@ -19,6 +19,7 @@ from .manifest import (
     load_zoo,
     locate_all,
     markdown_table,
+    overview_table,
     push_zoo,
     stage_push,
     upgrade_bundled,
@@ -35,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, default=None, help="Hugging Face cache (default $HF_HUB_CACHE)"
     )
     sub.add_parser("list", parents=[cached], help="print the zoo table")
-    sub.add_parser("table", parents=[common], help="the README's markdown table (metrics, budgets, paper)")
+    table = sub.add_parser("table", parents=[common], help="markdown tables: metrics, budgets, the paper's")
+    table.add_argument("--overview", action="store_true", help="a row per cell: Set5/Urban100 (README)")
     fetch = sub.add_parser("fetch", parents=[cached], help="resolve every entry (Hub, cache or bundled copy)")
     fetch.add_argument("--offline", action="store_true", help="use only the Hub cache and bundled files")
     fetch.add_argument("--timeout", type=float, default=None, help="seconds to wait for the Hub (default 10)")
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"upgraded {', '.join(upgraded)}" if upgraded else "every bundled checkpoint is current")
         return 0
     if args.zoo_command == "table":
-        print(markdown_table(load_zoo(args.manifest)))
+        entries = load_zoo(args.manifest)
+        print(overview_table(entries) if args.overview else markdown_table(entries))
         return 0
     manifest = args.manifest or DEFAULT_ZOO
     if args.dry_run is not None:

@@ -350,6 +350,7 @@ CITATION = """@inproceedings{wang2023iss,
   year      = {2023}
 }"""
 BENCHMARK_ORDER = ("Set5", "Set14", "B100", "Urban100", "Manga109")
+METHOD_ORDER = ("iss-p", "iht", "iss-r", "l1", "srp", "assl", "scratch")  # ISS-P first, then its baselines
 
 
 def model_card(entries: list[ZooEntry], repo_id: str) -> str:
@@ -554,8 +555,8 @@ def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None
 
 
 def markdown_table(entries: list[ZooEntry]) -> str:
-    """The README's zoo table: per (arch, scale, ratio) group, each entry's PSNR/SSIM and training budget,
-    then bicubic (``benchmarks/results/bicubic_x*.json``) and the paper's numbers for the same cells."""
+    """The zoo in full (``docs/zoo.md``): per (arch, scale, ratio) group, each entry's PSNR/SSIM and training
+    budget, then bicubic (``benchmarks/results/bicubic_x*.json``) and the paper's numbers for those cells."""
     paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
     sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
     lines = []
@@ -591,6 +592,36 @@ def markdown_table(entries: list[ZooEntry]) -> str:
                 lines.append(f"| paper {row['method']} (table {row['table']}) | {cells} | official |")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Urban100")) -> str:
+    """The README's zoo at a glance: one row per cell (backbone, scale, ratio) with PSNR on ``sets`` for
+    bicubic and each method, and under it a row with the paper's numbers for the same cell."""
+    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    order = {m: i for i, m in enumerate(METHOD_ORDER)}
+    methods = sorted({e.method for e in entries}, key=lambda m: (order.get(m, len(order)), m))
+    lines = [
+        "| cell | bicubic | " + " | ".join(methods) + " |",
+        "|---|---|" + "---|" * len(methods),
+    ]
+    for cell in sorted({(e.arch, e.scale, e.ratio) for e in entries}):
+        ours = {e.method: e.metrics for e in entries if (e.arch, e.scale, e.ratio) == cell}
+        theirs = {r["method"]: r["metrics"] for r in paper if (r["arch"], r["scale"], r["ratio"]) == cell}
+        bicubic_file = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{cell[1]}.json"
+        bicubic = json.loads(bicubic_file.read_text()) if bicubic_file.is_file() else {}
+        row = [f"{cell[0]} x{cell[1]} r{cell[2]:g}", _psnrs(bicubic, sets)]
+        lines.append("| " + " | ".join(row + [_psnrs(ours.get(m), sets) for m in methods]) + " |")
+        if theirs:
+            row = ["*paper*", "", *(f"*{_psnrs(theirs[m], sets)}*" if m in theirs else "" for m in methods)]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _psnrs(metrics: dict[str, Any] | None, sets: tuple[str, ...]) -> str:
+    """``28.79 / 23.42``: PSNR on each of ``sets``, ``–`` where missing."""
+    if not metrics:
+        return "–"
+    return " / ".join(f"{metrics[s]['psnr']:.2f}" if "psnr" in metrics.get(s, {}) else "–" for s in sets)
 
 
 def _budget_text(budget: dict[str, Any]) -> str:

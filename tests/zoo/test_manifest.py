@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from common import TINY, as_format_1
+from common import ROOT, TINY, as_format_1
 from fakehub import FakeHub, cache_put, closed_port_url
 from huggingface_hub import constants, metadata_load
 
@@ -494,3 +494,17 @@ def test_every_bundled_entry_verifies_and_is_exactly_as_sparse_as_claimed() -> N
             weight = model.get_parameter(name).detach()
             assert int(mask.sum()) == weight.numel() - math.ceil(round(entry.ratio * weight.numel(), 6)), name
             assert not weight[~mask].any(), name
+
+
+def test_the_readme_shows_the_zoo_as_it_is() -> None:
+    """The README's zoo table is ``python -m iss zoo table --overview`` of the bundled manifest, so the front
+    page cannot fall behind a new cell; every PSNR there is the manifest's, each paper row the paper's."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- zoo-table: python -m iss zoo table --overview -->\n")
+    shown = readme[readme.index("\n", start) + 1 : readme.index("<!-- /zoo-table -->")]
+    entries = zoo.load_zoo()
+    assert shown.strip() == zoo.overview_table(entries)
+    cell = ("swinir-light", 4, 0.95, "iss-p")
+    iss_p = next(e for e in entries if (e.arch, e.scale, e.ratio, e.method) == cell)
+    row = next(line for line in shown.splitlines() if line.startswith("| swinir-light x4 r0.95 |"))
+    assert f"{iss_p.metrics['Set5']['psnr']:.2f} / {iss_p.metrics['Urban100']['psnr']:.2f}" in row
