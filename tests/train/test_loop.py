@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 import json
 import math
@@ -27,13 +26,6 @@ from iss.train.config import TrainConfig
 from tests.common import TINY_ARCHS, NoHostSync
 
 TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
-
-
-def _real(name: str, attr: str) -> bool:
-    try:
-        return hasattr(importlib.import_module(name), attr)
-    except ImportError:
-        return False
 
 
 class _StandInPruner:
@@ -75,50 +67,11 @@ class _StandInPruner:
         self.iteration, self.masks = state["iteration"], dict(state["masks"])
 
 
-class _StandInSR(nn.Module):
-    def __init__(self, scale: int, **_: object) -> None:
-        super().__init__()
-        self.scale = scale
-        self.body = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 3 * scale**2, 3, padding=1)
-        )
-        self.drop = nn.Dropout(0.1)  # consumes the torch RNG in training, like SwinIR's drop path
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.pixel_shuffle(self.drop(self.body(x)), self.scale)
-
-
-class _StandInPatches(torch.utils.data.Dataset):
-    def __init__(self, folders, scale: int, patch: int, *, length: int = 1000, seed: int = 0) -> None:
-        self.scale, self.patch, self.length, self.seed = scale, patch, length, seed
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int):
-        g = torch.Generator().manual_seed(self.seed * 100_003 + index)
-        hr = torch.rand(3, self.patch * self.scale, self.patch * self.scale, generator=g)
-        return nn.functional.avg_pool2d(hr, self.scale), hr
-
-
 @pytest.fixture
-def stand_ins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict:
-    """Use the real archs/pruning/data modules when they exist; small stand-ins for the missing ones."""
-    if not _real("iss.archs", "build"):
-        monkeypatch.setitem(
-            sys.modules, "iss.archs", types.SimpleNamespace(build=lambda a, s, **k: _StandInSR(s))
-        )
-    if not _real("iss.pruning", "build"):
-        build = lambda method, model, ratio, **o: _StandInPruner(model, ratio, **o)  # noqa: E731
-        monkeypatch.setitem(sys.modules, "iss.pruning", types.SimpleNamespace(build=build))
-    if not _real("iss.data", "TrainPatches"):
-        monkeypatch.setitem(sys.modules, "iss.data", types.SimpleNamespace(TrainPatches=_StandInPatches))
+def tiny_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict:
+    """A private LR cache; the tiny SwinIR's arch kwargs."""
     monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
-    import iss
-
-    for name in ("archs", "pruning", "data"):
-        monkeypatch.setattr(iss, name, sys.modules[f"iss.{name}"], raising=False)
-    return TINY_SWINIR if _real("iss.archs", "build") else {}
+    return TINY_SWINIR
 
 
 def _config(tmp_path: Path, arch_kwargs: dict, **overrides) -> TrainConfig:
@@ -199,13 +152,13 @@ def _final_state(out: Path) -> dict:
     return torch.load(out / "state.pt", weights_only=True)
 
 
-def test_resume_equals_uninterrupted_run_bit_for_bit(stand_ins: dict, tmp_path: Path) -> None:
-    straight = _config(tmp_path / "a", stand_ins)
+def test_resume_equals_uninterrupted_run_bit_for_bit(tiny_run: dict, tmp_path: Path) -> None:
+    straight = _config(tmp_path / "a", tiny_run)
     events = list(train_mod.train(straight))
     assert [e.iteration for e in events] == list(range(1, 7))
     assert [e.stage for e in events] == ["prune"] * 2 + ["finetune"] * 4
 
-    killed = _config(tmp_path / "b", stand_ins)
+    killed = _config(tmp_path / "b", tiny_run)
     for event in train_mod.train(killed):
         if event.iteration == 4:  # state.pt was written at iteration 3; iteration 4 is lost as in a kill
             break
@@ -240,13 +193,13 @@ def _assert_identical(a: object, b: object) -> None:
         assert a == b
 
 
-def test_a_stopped_run_pauses_and_resume_continues_exactly(stand_ins: dict, tmp_path: Path) -> None:
+def test_a_stopped_run_pauses_and_resume_continues_exactly(tiny_run: dict, tmp_path: Path) -> None:
     """A run told to stop between two saves keeps its exact state; resuming finishes it as if it had never
     stopped, and the log holds every iteration once."""
-    straight = _config(tmp_path / "a", stand_ins)
+    straight = _config(tmp_path / "a", tiny_run)
     list(train_mod.train(straight))
 
-    paused = _config(tmp_path / "b", stand_ins)
+    paused = _config(tmp_path / "b", tiny_run)
     asked = iter(range(1000))
     events = list(train_mod.train(paused, stop=lambda: next(asked) >= 2))  # yes before iteration 3
     assert [e.iteration for e in events] == [1, 2]
@@ -263,8 +216,8 @@ def test_a_stopped_run_pauses_and_resume_continues_exactly(stand_ins: dict, tmp_
     assert logged == [1, 2, 3, 4, 5, 6]
 
 
-def test_resume_after_a_kill_drops_log_lines_past_the_saved_state(stand_ins: dict, tmp_path: Path) -> None:
-    config = _config(tmp_path, stand_ins)
+def test_resume_after_a_kill_drops_log_lines_past_the_saved_state(tiny_run: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, tiny_run)
     for event in train_mod.train(config):
         if event.iteration == 5:  # logged 4 and 5, saved at 3: a kill here loses 4 and 5
             break
@@ -273,8 +226,8 @@ def test_resume_after_a_kill_drops_log_lines_past_the_saved_state(stand_ins: dic
     assert [r["iteration"] for r in records if "loss" in r] == [1, 2, 3, 4, 5, 6]
 
 
-def test_batches_cut_on_the_device_equal_the_dataloader(stand_ins: dict, tmp_path: Path) -> None:
-    config = _config(tmp_path, stand_ins, iters=4)
+def test_batches_cut_on_the_device_equal_the_dataloader(tiny_run: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, tiny_run, iters=4)
     single = train_mod._Dist()
     loader = list(train_mod._batches(config, single, torch.device("cpu"), 1))
     on_device = dataclasses.replace(config, data_on_device=True)
@@ -334,17 +287,17 @@ def test_a_gpu_style_step_never_waits_for_the_device(arch: str) -> None:
     assert pruner.stage == "finetune" and len(recorder.flush()) == 4
 
 
-def test_resume_refuses_a_changed_config(stand_ins: dict, tmp_path: Path) -> None:
-    config = _config(tmp_path, stand_ins, iters=3)
+def test_resume_refuses_a_changed_config(tiny_run: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, tiny_run, iters=3)
     list(train_mod.train(config))
     with pytest.raises(ValueError, match="ratio"):
         next(train_mod.train(dataclasses.replace(config, ratio=0.7, iters=6), resume=True))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "foreign"])
-def test_resume_from_a_damaged_state_is_one_line(stand_ins: dict, tmp_path: Path, damage: str) -> None:
+def test_resume_from_a_damaged_state_is_one_line(tiny_run: dict, tmp_path: Path, damage: str) -> None:
     """Issue 30 item 5: ``--resume`` from a truncated or foreign ``state.pt`` says so in one line (exit 2)."""
-    config = _config(tmp_path, stand_ins, iters=3)
+    config = _config(tmp_path, tiny_run, iters=3)
     list(train_mod.train(config))
     state = Path(config.out) / "state.pt"
     if damage == "truncated":
@@ -355,10 +308,10 @@ def test_resume_from_a_damaged_state_is_one_line(stand_ins: dict, tmp_path: Path
         next(train_mod.train(dataclasses.replace(config, iters=6), resume=True))
 
 
-def test_train_writes_log_and_sparse_checkpoint(stand_ins: dict, tmp_path: Path, monkeypatch) -> None:
+def test_train_writes_log_and_sparse_checkpoint(tiny_run: dict, tmp_path: Path) -> None:
     from iss import checkpoint
 
-    config = _config(tmp_path, stand_ins)
+    config = _config(tmp_path, tiny_run)
     events = list(train_mod.train(config))
     path = events[-1].checkpoint
     assert path == Path(config.out) / "model.safetensors"
@@ -367,8 +320,6 @@ def test_train_writes_log_and_sparse_checkpoint(stand_ins: dict, tmp_path: Path,
     assert all(np.isfinite(r["loss"]) for r in records[1:])
     meta = checkpoint.read_meta(path)
     assert meta["method"] == "iht" and meta["iterations"] == 6 and meta["budget"]["prune_iters"] == 3
-    if not _real("iss.archs", "build"):
-        monkeypatch.setattr(checkpoint, "_build_model", lambda arch, scale, kwargs: _StandInSR(scale))
     model, _ = checkpoint.load(path)
     trained = _final_state(Path(config.out))["model"]
     for name, tensor in model.state_dict().items():
@@ -378,8 +329,8 @@ def test_train_writes_log_and_sparse_checkpoint(stand_ins: dict, tmp_path: Path,
             assert int((module.weight == 0).sum()) >= math.ceil(config.ratio * module.weight.numel())
 
 
-def test_nan_during_train_keeps_last_good_state(stand_ins: dict, tmp_path: Path, monkeypatch) -> None:
-    config = _config(tmp_path, stand_ins)
+def test_nan_during_train_keeps_last_good_state(tiny_run: dict, tmp_path: Path, monkeypatch) -> None:
+    config = _config(tmp_path, tiny_run)
     real_step = Trainer.step
 
     def poisoned(self, lr, hr, **options):
@@ -398,8 +349,6 @@ def test_nan_during_train_keeps_last_good_state(stand_ins: dict, tmp_path: Path,
 @pytest.mark.slow
 def test_torchrun_two_processes_gloo(tmp_path: Path) -> None:
     """``torchrun --nproc_per_node 2`` on CPU (gloo): trains, and both ranks end with identical masks."""
-    if not (_real("iss.archs", "build") and _real("iss.pruning", "build")):
-        pytest.skip("needs the real iss.archs and iss.pruning")
     config = _config(tmp_path, TINY_SWINIR)
     env = {**os.environ, "ISS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     command = [
@@ -447,14 +396,14 @@ def test_cli_preset_then_explicit_flags() -> None:
         )
 
 
-def test_cli_train_command(stand_ins: dict, tmp_path: Path) -> None:
+def test_cli_train_command(tiny_run: dict, tmp_path: Path) -> None:
     from iss.cli import main
 
-    config = _config(tmp_path, stand_ins)
+    config = _config(tmp_path, tiny_run)
     argv = [
         "train", "--arch", "swinir-light", "--scale", "2", "--method", "iss-p", "--ratio", "0.5",
         "--iters", "2", "--prune-iters", "1", "--batch", "2", "--patch", "8",
-        "--train-data", config.train_data[0], "--out", config.out, "--arch-kwargs", json.dumps(stand_ins),
+        "--train-data", config.train_data[0], "--out", config.out, "--arch-kwargs", json.dumps(tiny_run),
         "--threads", "1", "--no-progress",
     ]  # fmt: skip
     assert main(argv) == 0
@@ -463,9 +412,9 @@ def test_cli_train_command(stand_ins: dict, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_periodic_validation_on_set5(stand_ins: dict, benchmarks: Path, tmp_path: Path) -> None:
+def test_periodic_validation_on_set5(tiny_run: dict, benchmarks: Path, tmp_path: Path) -> None:
     set5 = str(benchmarks / "Set5")
-    config = _config(tmp_path, stand_ins, iters=2, prune_iters=1, val_every=2, val_data=set5)
+    config = _config(tmp_path, tiny_run, iters=2, prune_iters=1, val_every=2, val_data=set5)
     events = list(train_mod.train(config))
     assert events[0].val_psnr is None and 5.0 < events[1].val_psnr < 40.0
     last = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[-1])
@@ -482,7 +431,7 @@ def test_fastest_mode_takes_bf16_or_compile_only_where_they_pay() -> None:
 
 
 def test_mode_speeds_are_measured_once_per_machine_and_shape(
-    stand_ins: dict, tmp_path: Path, monkeypatch
+    tiny_run: dict, tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
@@ -492,7 +441,7 @@ def test_mode_speeds_are_measured_once_per_machine_and_shape(
         return {"eager fp32": 6.0, "eager bf16": 9.0}.get(calls[-1], 5.0)
 
     monkeypatch.setattr(train_mod, "_steps_per_second", measure)
-    config = _config(tmp_path, stand_ins)
+    config = _config(tmp_path, tiny_run)
     speeds = train_mod.mode_speeds(config)
     assert calls == ["eager fp32", "eager bf16", "compiled fp32", "compiled bf16"]
     assert train_mod.mode_speeds(config) == speeds and len(calls) == 4  # cached
@@ -505,8 +454,8 @@ def test_mode_speeds_are_measured_once_per_machine_and_shape(
     )
 
 
-def test_a_real_probe_times_steps_and_leaves_the_rng_alone(stand_ins: dict, tmp_path: Path) -> None:
-    config = _config(tmp_path, stand_ins)
+def test_a_real_probe_times_steps_and_leaves_the_rng_alone(tiny_run: dict, tmp_path: Path) -> None:
+    config = _config(tmp_path, tiny_run)
     torch.manual_seed(7)
     expected = torch.rand(3)
     torch.manual_seed(7)
@@ -515,13 +464,13 @@ def test_a_real_probe_times_steps_and_leaves_the_rng_alone(stand_ins: dict, tmp_
 
 
 def test_pick_mode_trains_with_the_fastest_and_records_it(
-    stand_ins: dict, tmp_path: Path, monkeypatch
+    tiny_run: dict, tmp_path: Path, monkeypatch
 ) -> None:
     from iss import checkpoint
 
     speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 6.1, "compiled bf16": 8.0}
     monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds)
-    config = _config(tmp_path, stand_ins, pick_mode=True, iters=3)
+    config = _config(tmp_path, tiny_run, pick_mode=True, iters=3)
     events = list(train_mod.train(config))
     start = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[0])
     assert start["config"]["amp"] is True and start["config"]["compile"] is False
