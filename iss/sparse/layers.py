@@ -49,7 +49,8 @@ TILE_COLS = 128  # C kernel: tile width (a multiple of its 8 x 16-float register
 LINEAR_BUFFER_BYTES = 512 << 10  # C kernel: one chunk of tokens, in and out, transposed (in L2)
 LANES = 16  # the C kernel's vector width, in floats
 PARALLEL_MIN_WORK = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
-GROUP_NONZEROS = 24  # C kernel: non-zeros per output row in one group of input channels (see _offset_csr)
+# C kernel: non-zeros per output row in one group of input channels (see _offset_csr), by its vector width
+GROUP_NONZEROS = {16: 48, 8: 24, 4: 24}
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
 _POOL: dict[int, ThreadPoolExecutor] = {}  # thread count -> pool
 
@@ -321,8 +322,9 @@ class SparseConv2d(_SparseBase):
         Group g holds the CSR rows of all outputs over its channels (group-major, ``groups * out + 1`` row
         pointers): the kernel runs the groups one after the other, so the part of the buffer it reads stays
         in a nearer cache. Groups are sized for ``GROUP_NONZEROS`` non-zeros per output row; denser groups
-        would not fit, sparser ones spend more on re-reading the outputs than they save (measured on Zen 3:
-        1.4x at 90% zeros, 1.25x at 95%, none at 99% for 256 channels).
+        would not fit, sparser ones spend more on re-reading the outputs than they save (measured on Zen 3,
+        AVX2, 24: 1.4x at 90% zeros, 1.25x at 95%, none at 99% for 256 channels; on Zen 5, AVX-512, 48
+        beat 24 by 1.1-1.2x on EDSR-L at 95%).
         """
         if self._offsets is None or self._offsets[0] != (plane, ld):
             k = self.kernel_size
@@ -331,7 +333,7 @@ class SparseConv2d(_SparseBase):
             offsets = channel * plane + (tap // k) * ld + tap % k
             cin = self.in_channels if self.channels is None else len(self.channels)
             density = values.numel() / max(1, self.out_channels * cin * k * k)
-            groups = max(1, round(cin * density * k * k / GROUP_NONZEROS))
+            groups = max(1, round(cin * density * k * k / GROUP_NONZEROS[kernels.lanes()]))
             size = math.ceil(cin / groups)
             rows = torch.repeat_interleave(
                 torch.arange(self.out_channels), self.csr.crow_indices().diff().long()

@@ -182,16 +182,16 @@ def test_c_kernel_groups_of_input_channels(ratio: float) -> None:
     first, epilogue after the last; also into pixel-shuffled outputs): the same result."""
     if kernels.load() is None:
         pytest.skip("no C compiler")
-    conv = masked(nn.Conv2d(48, 12, 3, padding=1), ratio)
+    conv = masked(nn.Conv2d(96, 12, 3, padding=1), ratio)
     layer = SparseConv2d(conv, layers._Plan(min_speedup=0.0))
-    x, residual = torch.randn(2, 48, 7, 9), torch.randn(2, 12, 7, 9)
+    x, residual = torch.randn(2, 96, 7, 9), torch.randn(2, 12, 7, 9)
     with torch.inference_mode():
         got = layer(x, relu=True, scale=0.5, residual=residual)
         torch.testing.assert_close(got, residual + 0.5 * conv(x).relu(), atol=1e-5, rtol=0)
         expected = torch.pixel_shuffle(conv(x), 2)
         torch.testing.assert_close(layer(x, shuffle=2), expected, atol=1e-5, rtol=0)
     _, groups = layer._offsets[1]
-    assert groups == round(48 * (1 - ratio) * 9 / layers.GROUP_NONZEROS) > 1
+    assert groups == round(96 * (1 - ratio) * 9 / layers.GROUP_NONZEROS[kernels.lanes()]) > 1
 
 
 def test_kernel_builds_into_the_cache_or_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

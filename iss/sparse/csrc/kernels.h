@@ -16,7 +16,22 @@
 #else
 #define LANES 4
 #endif
-#define BLOCK 8 /* vectors of outputs kept in registers (8 of 16 AVX2 / 32 AVX-512 registers) */
+/* Rows of outputs computed together, for blocks of 8 and of 4 vectors: 16 accumulators of AVX-512's 32
+ * registers, 8 of AVX2's 16. */
+#define ROWS8 (LANES == 16 ? 2 : 1)
+#define ROWS4 (LANES == 16 ? 4 : 2)
+
+/* Lane orders that interleave two vectors a, b: a0 b0 a1 b1 ... (low half), then the high half. */
+#if LANES == 16
+#define ZIP_LO 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
+#define ZIP_HI 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+#elif LANES == 8
+#define ZIP_LO 0, 8, 1, 9, 2, 10, 3, 11
+#define ZIP_HI 4, 12, 5, 13, 6, 14, 7, 15
+#else
+#define ZIP_LO 0, 4, 1, 5
+#define ZIP_HI 2, 6, 3, 7
+#endif
 
 typedef float vec __attribute__((vector_size(4 * LANES)));
 typedef int32_t ivec __attribute__((vector_size(4 * LANES)));

@@ -11,6 +11,8 @@
  * product. The epilogue (ReLU, scale, residual add) is applied in registers before the single store. The
  * entry points below (iss_conv_tiles, iss_linear_tokens) first bring a cache-sized piece of the input into
  * that layout; swin.c runs whole transformer blocks on it. */
+#include <stdlib.h>
+
 #include "kernels.h"
 
 int iss_lanes(void) { return LANES; }
@@ -47,33 +49,63 @@ static inline vec finish(vec v, epilogue ep, const float *res, int64_t step)
     return res ? v + load_at(res, step) : v;
 }
 
+/* Output row co, rows [r, r + NR), columns [x0, x1) in blocks of NB vectors: NR * NB accumulators stay in
+ * registers, so each non-zero's offset and weight are read once for NR * NB loads and FMAs. */
+#define BLOCKED(NAME, NR, NB)                                                                                \
+    static void NAME(float *out, layout o, int64_t co, int64_t r, const float *in, int64_t in_row,           \
+                     int64_t x0, int64_t x1, int32_t first, int32_t last, const int32_t *off,                \
+                     const float *val, float b, int accumulate, epilogue ep)                                 \
+    {                                                                                                        \
+        const int64_t s = o.step;                                                                            \
+        float *dst = out + at(o, co) + r * o.row;                                                            \
+        const float *res = ep.res ? ep.res + at(o, co) + r * o.row : NULL;                                   \
+        const float *src = in + r * in_row;                                                                  \
+        for (int64_t x = x0; x < x1; x += NB * LANES) {                                                      \
+            vec acc[NR][NB];                                                                                 \
+            for (int i = 0; i < NR; i++)                                                                     \
+                for (int j = 0; j < NB; j++)                                                                 \
+                    acc[i][j] = accumulate ? load_at(dst + i * o.row + (x + j * LANES) * s, s) : splat(b);   \
+            for (int32_t k = first; k < last; k++) {                                                         \
+                const float *p = src + off[k] + x;                                                           \
+                const vec w = splat(val[k]);                                                                 \
+                for (int i = 0; i < NR; i++)                                                                 \
+                    for (int j = 0; j < NB; j++) acc[i][j] += w * load(p + i * in_row + j * LANES);          \
+            }                                                                                                \
+            for (int i = 0; i < NR; i++)                                                                     \
+                for (int j = 0; j < NB; j++) {                                                               \
+                    const int64_t e = i * o.row + (x + j * LANES) * s;                                       \
+                    store_at(dst + e, finish(acc[i][j], ep, res ? res + e : NULL, s), s);                    \
+                }                                                                                            \
+        }                                                                                                    \
+    }
+BLOCKED(wide_rows, ROWS8, 8)
+BLOCKED(wide_row, 1, 8)
+BLOCKED(narrow_rows, ROWS4, 4)
+BLOCKED(narrow_row, 1, 4)
+
 void iss_spmm(float *out, layout o, const float *in, int64_t in_row, int64_t rows, int64_t width,
               int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val, const float *bias,
               int accumulate, epilogue ep)
 {
-    const int64_t s = o.step;
+    const int64_t s = o.step, wide = width / (8 * LANES) * (8 * LANES);
+    const int64_t narrow = wide + (width - wide) / (4 * LANES) * (4 * LANES);
     for (int64_t co = 0; co < cout; co++) {
         const int32_t first = rowptr[co], last = rowptr[co + 1];
         const float b = bias ? bias[co] : 0.0f;
-        for (int64_t r = 0; r < rows; r++) {
+        int64_t r = 0;
+        for (; r + ROWS8 <= rows; r += ROWS8)
+            wide_rows(out, o, co, r, in, in_row, 0, wide, first, last, off, val, b, accumulate, ep);
+        for (; r < rows; r++) wide_row(out, o, co, r, in, in_row, 0, wide, first, last, off, val, b, accumulate, ep);
+        for (r = 0; r + ROWS4 <= rows; r += ROWS4)
+            narrow_rows(out, o, co, r, in, in_row, wide, narrow, first, last, off, val, b, accumulate, ep);
+        for (; r < rows; r++)
+            narrow_row(out, o, co, r, in, in_row, wide, narrow, first, last, off, val, b, accumulate, ep);
+        if (narrow == width) continue;
+        for (r = 0; r < rows; r++) { /* the last columns: one vector, then one float at a time */
             const float *src = in + r * in_row;
             float *dst = out + at(o, co) + r * o.row;
             const float *res = ep.res ? ep.res + at(o, co) + r * o.row : NULL;
-            int64_t x = 0;
-            for (; x + BLOCK * LANES <= width; x += BLOCK * LANES) {
-                vec acc[BLOCK];
-                for (int j = 0; j < BLOCK; j++)
-                    acc[j] = accumulate ? load_at(dst + (x + j * LANES) * s, s) : splat(b);
-                for (int32_t k = first; k < last; k++) {
-                    const float *p = src + off[k] + x;
-                    const vec w = splat(val[k]);
-                    for (int j = 0; j < BLOCK; j++) acc[j] += w * load(p + j * LANES);
-                }
-                for (int j = 0; j < BLOCK; j++) {
-                    const int64_t e = (x + j * LANES) * s;
-                    store_at(dst + e, finish(acc[j], ep, res ? res + e : NULL, s), s);
-                }
-            }
+            int64_t x = narrow;
             for (; x + LANES <= width; x += LANES) {
                 vec acc = accumulate ? load_at(dst + x * s, s) : splat(b);
                 for (int32_t k = first; k < last; k++) acc += splat(val[k]) * load(src + off[k] + x);
@@ -86,6 +118,37 @@ void iss_spmm(float *out, layout o, const float *in, int64_t in_row, int64_t row
                 dst[x * s] = acc * ep.scale + (res ? res[x * s] : 0.0f);
             }
         }
+    }
+}
+
+/* The s output channels that a pixel shuffle by s interleaves along one output row (channel c s^2 + i s + j
+ * goes to every s-th column from j): computed contiguously into tmp[s][n][width], then interleaved into out
+ * with `res` added, so the kernel's stores stay whole vectors. rowptr, bias start at the first of them. */
+static void shuffled(float *out, layout o, const float *res, int64_t n, int64_t width, const float *buf,
+                     int64_t ld, int64_t s, int64_t groups, int64_t cout, const int32_t *rowptr,
+                     const int32_t *off, const float *val, const float *bias, int64_t relu, float scale,
+                     float *tmp)
+{
+    const layout t = {n * width, width, 0, 1};
+    const epilogue ep = {(int)relu, scale, NULL};
+    for (int64_t g = 0; g < groups; g++)
+        iss_spmm(tmp, t, buf, ld, n, width, s, rowptr + g * cout, off, val, bias, g > 0,
+                 g == groups - 1 ? ep : PLAIN);
+    for (int64_t r = 0; r < n; r++) {
+        int64_t x = 0;
+        if (s == 2) /* the usual x2 / x4 upsamplers: zip two vectors into two */
+            for (; x + LANES <= width; x += LANES) {
+                const vec a = load(tmp + r * width + x), b = load(tmp + t.co + r * width + x);
+                const int64_t e = r * o.row + 2 * x;
+                const vec lo = __builtin_shufflevector(a, b, ZIP_LO), hi = __builtin_shufflevector(a, b, ZIP_HI);
+                store(out + e, res ? lo + load(res + e) : lo);
+                store(out + e + LANES, res ? hi + load(res + e + LANES) : hi);
+            }
+        for (; x < width; x++)
+            for (int64_t j = 0; j < s; j++) {
+                const int64_t e = r * o.row + x * s + j;
+                out[e] = tmp[j * t.co + r * width + x] + (res ? res[e] : 0.0f);
+            }
     }
 }
 
@@ -108,6 +171,7 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
     const int64_t x0 = c0 - p < 0 ? 0 : c0 - p;           /* input columns copied: [x0, x1) */
     const int64_t x1 = c1 + p > w ? w : c1 + p;
     const int64_t lead = x0 - (c0 - p), trail = tw - lead - (x1 - x0);
+    float *tmp = shuffle > 1 ? malloc(shuffle * rows * (c1 - c0) * sizeof *tmp) : NULL;
     for (int64_t top = r0; top < r1; top += rows) {
         const int64_t n = r1 - top < rows ? r1 - top : rows;
         for (int64_t c = 0; c < cin; c++) {
@@ -132,10 +196,16 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
         const layout o = {h * w * s * s, row, w * s, s};
         const int64_t first = top * row + c0 * s;
         const epilogue ep = {(int)relu, scale, res ? res + first : NULL};
-        for (int64_t g = 0; g < groups; g++)
-            iss_spmm(out + first, o, buf, ld, n, c1 - c0, cout, rowptr + g * cout, off, val, bias, g > 0,
-                     g == groups - 1 ? ep : PLAIN);
+        if (s == 1)
+            for (int64_t g = 0; g < groups; g++)
+                iss_spmm(out + first, o, buf, ld, n, c1 - c0, cout, rowptr + g * cout, off, val, bias, g > 0,
+                         g == groups - 1 ? ep : PLAIN);
+        else
+            for (int64_t co = 0; co < cout; co += s)
+                shuffled(out + first + at(o, co), o, ep.res ? ep.res + at(o, co) : NULL, n, c1 - c0, buf, ld,
+                         s, groups, cout, rowptr + co, off, val, bias ? bias + co : NULL, relu, scale, tmp);
     }
+    free(tmp);
 }
 
 /* Tokens [t0, t1) of a Linear layer on token-major in[tokens][cin] into token-major out[tokens][cout],
