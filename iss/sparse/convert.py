@@ -36,6 +36,7 @@ def sparsify(
     threads: int | None = None,
     min_zeros: float = MIN_ZEROS,
     fuse: bool = True,
+    exact: bool = False,
 ) -> nn.Module:
     """Copy of ``model`` whose mostly-zero Conv2d/Linear layers run sparse kernels where measured faster.
 
@@ -48,6 +49,10 @@ def sparsify(
         min_zeros: layers with a smaller zero fraction stay plain ``nn.Conv2d`` / ``nn.Linear``.
         fuse: also run whole blocks made of sparse layers in one pass where the compiled kernels know them
             (EDSR residual blocks, Swin transformer blocks: see :mod:`iss.sparse.fused`).
+        exact: keep every input in float32, so outputs equal the dense model's within float rounding. By
+            default, on AVX-512 CPUs (``kernels.half_tiles()``), the C conv kernel keeps its inputs as IEEE
+            halves (products and sums stay float32; a tile with an input beyond 65504 stays float32): up to
+            1.45x faster, outputs within about 1e-3 of dense (docs/sparse-inference.md).
 
     The result is for CPU inference (``torch.inference_mode()``); its first forward is slower since it times
     each distinct layer once. ``layer_modes(result)`` says what each layer chose.
@@ -60,7 +65,7 @@ def sparsify(
         raise ValueError(f"threads must be >= 1, got {threads}")
     shared = {id(t): t for _, _, layer in _candidates(model, min_zeros) for t in layer.parameters()}
     result = copy.deepcopy(model, memo=shared)
-    plan = _Plan(min_speedup=min_speedup, threads=threads)
+    plan = _Plan(min_speedup=min_speedup, threads=threads, exact=exact)
     for parent, name, layer in _candidates(result, min_zeros):
         cls = SparseLinear if isinstance(layer, nn.Linear) else SparseConv2d
         setattr(parent, name, cls(layer, plan))

@@ -91,13 +91,18 @@ def load() -> ctypes.CDLL | None:
         warnings.warn(f"could not build the sparse kernel ({e}): using pure-PyTorch kernels", stacklevel=2)
         return None
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
-    conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr, i64]
+    conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr, i64, i64]
     lib.iss_conv_tiles.argtypes = conv
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
     lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
-    lib.iss_lanes.restype = ctypes.c_int
+    lib.iss_lanes.restype = lib.iss_half.restype = ctypes.c_int
     return lib
+
+
+def half_tiles() -> bool:
+    """Whether the kernel can keep conv inputs as IEEE halves (F16C): half the bytes per multiply-add."""
+    return bool(_library().iss_half())
 
 
 def lanes() -> int:
@@ -134,6 +139,7 @@ def conv_tiles(
     out: Tensor, image: Tensor, weight: OffsetCSR, bias: Tensor | None, *, kernel_size: int, rows: range,
     cols: range, tile_rows: int, buffer: Tensor, plane: int, ld: int, channels: Tensor | None = None,
     groups: int = 1, relu: bool = False, scale: float = 1.0, residual: Tensor | None = None, shuffle: int = 1,
+    half: bool = False,
 ) -> None:  # fmt: skip
     """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] (any strides) into
     contiguous ``out``, then ``(relu(out) if relu else out) * scale + residual`` in the same pass.
@@ -191,7 +197,7 @@ def conv_tiles(
         cin, h, w, p,
         rows.start, rows.stop, cols.start, cols.stop, tile_rows, buffer.data_ptr(), plane, ld, cout, groups,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
-        0 if bias is None else bias.data_ptr(), int(relu), scale, _ptr(residual), shuffle,
+        0 if bias is None else bias.data_ptr(), int(relu), scale, _ptr(residual), shuffle, int(half),
     )  # fmt: skip
 
 

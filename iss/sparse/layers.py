@@ -183,6 +183,7 @@ class _Plan:
 
     min_speedup: float = 1.0
     threads: int | None = None
+    exact: bool = True  # False: the C kernel may keep conv inputs as IEEE halves (kernels.half_tiles())
     budget_s: float = 0.2
     decisions: dict[tuple, bool] = field(default_factory=dict)  # layer signature -> use sparse
 
@@ -401,14 +402,16 @@ class SparseConv2d(_SparseBase):
 
         residuals = [None] * n if epilogue.residual is None else epilogue.residual
 
+        half = not self._plan.exact and kernels.half_tiles()
+
         def job(start: tuple[int, int, int], buffers: list[Tensor]) -> None:
             i, r0, c0 = start
             rows_ = range(r0, min(h, r0 + job_rows))
             kernels.conv_tiles(out[i], x[i], weights, bias, kernel_size=k, rows=rows_,
                                cols=range(c0, min(w, c0 + cols)), tile_rows=rows, buffer=buffers[0],
                                plane=plane, ld=ld, channels=self.channels, groups=groups, relu=epilogue.relu,
-                               scale=epilogue.scale, residual=residuals[i],
-                               shuffle=epilogue.shuffle)  # fmt: skip
+                               scale=epilogue.scale, residual=residuals[i], shuffle=epilogue.shuffle,
+                               half=half)  # fmt: skip
 
         starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
         work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing

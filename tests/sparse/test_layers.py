@@ -22,7 +22,7 @@ RATIOS = (0.9, 0.95, 0.99)
 def test_backbone_sparse_equals_dense(name: str, ratio: float, kernel_path: str) -> None:
     torch.manual_seed(0)
     model = masked(archs.build(name, 2, **TINY_ARCHS[name]), ratio)
-    fast = sparsify(model, min_speedup=0.0)  # force the sparse kernels on every convertible layer
+    fast = sparsify(model, exact=True, min_speedup=0.0)  # force the sparse kernels on every convertible layer
     x = torch.rand(1, 3, 13, 19)  # odd sizes: exercises the models' padding and the kernels' borders
     with torch.inference_mode():
         expected, got = model(x), fast(x)
@@ -45,7 +45,7 @@ def test_conv_matches_dense(kernel: int, bias: bool, kernel_path: str) -> None:
 
 def test_linear_matches_dense_on_any_leading_shape(kernel_path: str) -> None:
     mlp = masked(nn.Sequential(nn.Linear(12, 20), nn.GELU(), nn.Linear(20, 12, bias=False)), 0.9)
-    fast = sparsify(mlp, min_speedup=0.0)
+    fast = sparsify(mlp, exact=True, min_speedup=0.0)
     x = torch.randn(2, 5, 3, 12)
     with torch.no_grad():
         torch.testing.assert_close(fast(x), mlp(x), atol=1e-5, rtol=0)
@@ -70,7 +70,7 @@ def test_all_zero_layers_give_the_bias(kernel_path: str) -> None:
         for m in net:
             if hasattr(m, "weight"):
                 m.weight.zero_()
-    fast = sparsify(net, min_speedup=0.0)
+    fast = sparsify(net, exact=True, min_speedup=0.0)
     x = torch.randn(2, 4, 3, 4)
     with torch.inference_mode():
         torch.testing.assert_close(fast(x), net(x), atol=1e-6, rtol=0)
@@ -90,7 +90,7 @@ def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernel_pat
 
     monkeypatch.setattr(layers, "_run_chunks", spy)
     net = masked(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(2), nn.Linear(30, 16)), 0.9)
-    fast = sparsify(net, min_speedup=0.0)
+    fast = sparsify(net, exact=True, min_speedup=0.0)
     x = torch.randn(3, 4, 5, 6)
     with layers._num_threads(2), torch.inference_mode():
         torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
@@ -125,7 +125,7 @@ def test_chained_linears_match_dense(monkeypatch: pytest.MonkeyPatch, kernel_pat
     the next layer, sparse or dense, reads it correctly."""
     monkeypatch.setattr(layers, "LINEAR_BUFFER_BYTES", 64)  # the C kernel: 16 tokens at a time
     mlp = masked(nn.Sequential(nn.Linear(12, 20), nn.Linear(20, 8), nn.GELU(), nn.Linear(8, 5)), 0.9)
-    fast = sparsify(mlp, min_speedup=0.0)
+    fast = sparsify(mlp, exact=True, min_speedup=0.0)
     x = torch.randn(3, 70, 12)  # 210 tokens: several chunks of 16 plus a tail
     with torch.inference_mode():
         hidden = fast[0](x)
@@ -135,7 +135,7 @@ def test_chained_linears_match_dense(monkeypatch: pytest.MonkeyPatch, kernel_pat
 
 def test_float64_runs_the_pytorch_kernels() -> None:
     net = masked(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten(2), nn.Linear(20, 6)), 0.9).double()
-    fast = sparsify(net, min_speedup=0.0)
+    fast = sparsify(net, exact=True, min_speedup=0.0)
     x = torch.randn(2, 3, 4, 5, dtype=torch.float64)
     with torch.inference_mode():
         torch.testing.assert_close(fast(x), net(x), atol=1e-10, rtol=0)
@@ -222,7 +222,7 @@ def test_dense_and_unsupported_layers_stay_dense() -> None:
         masked(nn.Conv2d(4, 4, 3, padding=1, groups=2), 0.95),
         masked(nn.Conv2d(4, 4, 3, padding=0), 0.95),  # not "same"
     )
-    fast = sparsify(net, min_speedup=0.0)
+    fast = sparsify(net, exact=True, min_speedup=0.0)
     assert isinstance(fast[0], SparseConv2d)
     assert all(type(fast[i]) is nn.Conv2d for i in range(1, 5))
 
@@ -236,7 +236,7 @@ def test_layer_where_sparse_is_slower_falls_back(monkeypatch: pytest.MonkeyPatch
         return slow_kernel(self, x, epilogue)
 
     monkeypatch.setattr(SparseConv2d, "_sparse_forward", slowed)
-    fast = sparsify(nn.Sequential(conv), min_speedup=1.0)
+    fast = sparsify(nn.Sequential(conv), exact=True, min_speedup=1.0)
     x = torch.randn(1, 8, 6, 6)
     with torch.inference_mode():
         y = fast(x)
@@ -255,7 +255,7 @@ def test_measured_decision_prefers_sparse_when_it_is_much_faster(monkeypatch: py
         return dense_kernel(self, x, weight)
 
     monkeypatch.setattr(SparseConv2d, "_dense_forward", slowed)
-    fast = sparsify(nn.Sequential(conv))
+    fast = sparsify(nn.Sequential(conv), exact=True)
     with torch.inference_mode():
         fast(torch.randn(1, 8, 6, 6))
     assert layer_modes(fast) == {"0": "sparse"}
@@ -266,7 +266,7 @@ def test_twin_layers_share_one_measurement(monkeypatch: pytest.MonkeyPatch) -> N
     timer = layers._time_pair
     monkeypatch.setattr(layers, "_time_pair", lambda *a: calls.append(1) or timer(*a))
     net = nn.Sequential(*(masked(nn.Conv2d(8, 8, 3, padding=1), 0.95, seed=i) for i in range(3)))
-    fast = sparsify(net)
+    fast = sparsify(net, exact=True)
     with torch.inference_mode():
         fast(torch.randn(1, 8, 10, 10))
     assert len(calls) == 1
@@ -275,7 +275,7 @@ def test_twin_layers_share_one_measurement(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_forced_dense_keeps_outputs_and_drops_csr() -> None:
     net = masked(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 3, 3, padding=1)), 0.9)
-    fast = sparsify(net, min_speedup=math.inf)
+    fast = sparsify(net, exact=True, min_speedup=math.inf)
     x = torch.rand(1, 3, 7, 5)
     with torch.inference_mode():
         torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
@@ -286,7 +286,7 @@ def test_original_model_is_untouched() -> None:
     torch.manual_seed(0)
     model = masked(archs.build("edsr-l", 2, **TINY_ARCHS["edsr-l"]), 0.95)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    fast = sparsify(model, min_speedup=0.0)
+    fast = sparsify(model, exact=True, min_speedup=0.0)
     with torch.inference_mode():
         fast(torch.rand(1, 3, 8, 8))
     assert fast is not model
@@ -303,6 +303,29 @@ def test_rejects_bad_arguments_and_training_use() -> None:
         sparsify(net, min_speedup=-1)
     with pytest.raises(ValueError, match="threads"):
         sparsify(net, threads=0)
-    fast = sparsify(net, min_speedup=0.0)
+    fast = sparsify(net, exact=True, min_speedup=0.0)
     with pytest.raises(ValueError, match="inference-only"):
         fast(torch.randn(2, 8, requires_grad=True))
+
+
+def test_half_tiles_stay_close_to_dense_and_exact_is_one_flag_away() -> None:
+    """The default on AVX-512 keeps conv inputs as IEEE halves (products and sums in float32): outputs of a
+    95%-sparse EDSR-L-shaped stack stay within 1e-3 relative of dense; ``exact=True`` restores float rounding;
+    a tile with an input beyond half's range (65504) falls back to floats instead of becoming inf."""
+    if kernels.load() is None or not kernels.half_tiles():
+        pytest.skip("no C compiler, or a CPU without the half path (AVX-512)")
+    torch.manual_seed(0)
+    net = nn.Sequential(*(masked(nn.Conv2d(64, 64, 3, padding=1), 0.95) for _ in range(3)))
+    x = torch.randn(1, 64, 24, 40) * 4
+    with torch.inference_mode():
+        dense = net(x)
+        half = sparsify(net, min_speedup=0.0)(x)
+        exact = sparsify(net, exact=True, min_speedup=0.0)(x)
+        scale = dense.abs().max()
+        assert 1e-6 < (half - dense).abs().max() / scale < 1e-3  # halves really used, and close
+        assert (exact - dense).abs().max() / scale < 1e-5
+        huge = x.clone()
+        huge[0, 5, 3, 7] = 1e6  # beyond half's range: that tile is done in floats
+        out = sparsify(net, min_speedup=0.0)(huge)
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out, net(huge), rtol=1e-3, atol=1e-3 * net(huge).abs().max().item())

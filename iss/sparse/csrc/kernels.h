@@ -38,6 +38,12 @@ typedef int32_t ivec __attribute__((vector_size(4 * LANES)));
 
 static inline vec load(const float *p) { vec v; memcpy(&v, p, sizeof v); return v; }
 static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
+#if LANES == 16 && defined(__F16C__) /* conv inputs as IEEE halves: half the bytes to bring from L2 per FMA */
+#define HALF 1
+typedef uint16_t half;
+static inline float half_to_float(half h) { return _cvtsh_ss(h); }
+static inline vec load_half(const half *p) { return (vec)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+#endif
 static inline vec splat(float f) { return (vec){0} + f; }
 static inline vec relu(vec v) { return (vec)((ivec)v & (v > 0)); }
 #if LANES == 16
