@@ -4,7 +4,9 @@ For each arch, pruning ratio and thread count, the same masked model (random per
 ``ceil(ratio * n)`` zeros: the ``scratch`` pruner, as in ``sparse_inference.py``) runs on:
 
 * ``pytorch``: PyTorch eager, stock (dense) kernels;
-* ``iss``: ``iss.sparsify(model)``, the default path (fused blocks and C kernels where available);
+* ``iss``: ``iss.sparsify(model)``, the default path (fused blocks and C kernels where available; conv
+  inputs as IEEE halves on AVX-512 CPUs);
+* ``iss-exact``: ``iss.sparsify(model, exact=True)``, every input in float32;
 * ``onnxruntime``, ``openvino``: the model exported to ONNX (opset 17, fixed input size), dense engines;
 * ``deepsparse``: Neural Magic's sparsity-aware engine on the same ONNX file. It is deprecated and pins old
   ``onnx``/``numpy``, so it runs in its own interpreter (``--deepsparse-python``, a virtual environment with
@@ -49,7 +51,7 @@ from torch import nn
 
 from iss.sparse import kernels, sparse_path, sparsify
 
-ENGINES = ("pytorch", "iss", "onnxruntime", "openvino", "deepsparse")
+ENGINES = ("pytorch", "iss", "iss-exact", "onnxruntime", "openvino", "deepsparse")
 DENSE_ENGINES = ("pytorch", "onnxruntime", "openvino")
 QUICK_ARCHS = {
     "edsr-l": dict(num_feat=64, num_block=4),
@@ -122,9 +124,9 @@ def pytorch_engine(model: nn.Module, x: torch.Tensor) -> Engine:
     return Engine(run, 0.0)
 
 
-def iss_engine(model: nn.Module, x: torch.Tensor, threads: int) -> Engine:
+def iss_engine(model: nn.Module, x: torch.Tensor, threads: int, exact: bool) -> Engine:
     start = time.perf_counter()
-    fast = sparsify(model, threads=threads)
+    fast = sparsify(model, threads=threads, exact=exact)
     with torch.inference_mode():
         fast(x)  # first call: per-layer / per-block crossover timing
     setup = time.perf_counter() - start
@@ -246,8 +248,8 @@ def make_engine(name: str, model: nn.Module, x: torch.Tensor, threads: int, onnx
                 args: argparse.Namespace, workdir: Path) -> Engine:  # fmt: skip
     if name == "pytorch":
         return pytorch_engine(model, x)
-    if name == "iss":
-        return iss_engine(model, x, threads)
+    if name in ("iss", "iss-exact"):
+        return iss_engine(model, x, threads, exact=name == "iss-exact")
     if name == "onnxruntime":
         return onnxruntime_engine(onnx(), x.numpy(), threads)
     if name == "openvino":

@@ -21,8 +21,10 @@ def test_quick_engine_comparison_runs_and_checks_outputs(tmp_path: Path) -> None
     cases = json.loads(out.with_suffix(".json").read_text())["cases"]
     assert {c["arch"] for c in cases} == {"edsr-l", "swinir-light"}
     for case in cases:
-        assert {"pytorch", "iss"} <= set(case["times_ms"])
-        assert all(err < 1e-4 for err in case["max_abs_err"].values())  # every engine's output checked
+        assert {"pytorch", "iss", "iss-exact"} <= set(case["times_ms"])
+        for engine, err in case["max_abs_err"].items():  # every engine's output checked
+            # iss's default (half tiles) and OpenVINO (bf16) compute in lower precision on AVX-512 CPUs
+            assert err < (2e-3 if engine in ("iss", "openvino") else 1e-4), engine
         assert case["iss_path"] in ("fused C kernels", "C kernels", "PyTorch kernels (no C compiler)")
         for engine in ("onnxruntime", "openvino"):
             if importlib.util.find_spec(engine) is None:
