@@ -144,8 +144,9 @@ def conv_tiles(
     """Output ``rows`` x ``cols`` of a k x k 'same' convolution of ``image`` [C, H, W] (any strides) into
     contiguous ``out``, then ``(relu(out) if relu else out) * scale + residual`` in the same pass.
 
-    ``tile_rows`` rows at a time, the input they read is zero-padded into ``buffer`` (``plane`` floats per
-    used input channel, in rows ``ld`` apart: the layout ``weight``'s offsets were computed for) and
+    ``tile_rows`` rows at a time, the input they read is zero-padded into ``buffer`` (``plane`` elements per
+    used input channel, in rows ``ld`` apart: the layout ``weight``'s offsets were computed for; floats, or
+    with ``half`` IEEE halves on ``half_tiles()`` CPUs, unless a tile has an input beyond their range) and
     multiplied there, in C; ``channels`` lists the input channels used (None: all); ``weight`` holds
     ``groups`` CSR matrices of ``out``'s channel count one after the other (``groups * C_out + 1`` row
     pointers), each for a range of input channels; ``residual`` (None, or contiguous float32 shaped like
@@ -176,8 +177,10 @@ def conv_tiles(
         raise ValueError(f"conv_tiles: weights are not {groups} group(s) of {cout} rows")
     if not (0 <= rows.start <= rows.stop <= h and 0 <= cols.start <= cols.stop <= w):
         raise ValueError(f"conv_tiles: rows {rows} or columns {cols} outside the {h}x{w} image")
+    if half and not half_tiles():
+        raise ValueError("conv_tiles: this CPU's kernel has no half tiles")
     if tile_rows < 1 or ld < tw or plane < (tile_rows + 2 * p) * ld or buffer.numel() < cin * plane:
-        raise ValueError("conv_tiles: buffer too small for these tiles")
+        raise ValueError("conv_tiles: buffer too small for these tiles")  # floats even with halves: see C
     if weight.reach and weight.reach - 1 + (tile_rows - 1) * ld + len(cols) > buffer.numel():
         raise ValueError("conv_tiles: weights read outside the buffer")
     if channels is not None and not (

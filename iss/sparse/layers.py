@@ -396,13 +396,12 @@ class SparseConv2d(_SparseBase):
         # rows per pool job: all of them on one thread, else at least 4 jobs per thread, for balance
         job_rows = h if threads == 1 else min(h, math.ceil(n * h * tiles_across / (4 * threads)))
         cache_rows = max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p)
+        half = not self._plan.exact and kernels.half_tiles()
         rows = min(job_rows, cache_rows)
         plane = (cache_rows + 2 * p) * ld  # not from rows: the weights' offsets then depend on the width only
         weights, groups = self._offset_csr(plane, ld)
 
         residuals = [None] * n if epilogue.residual is None else epilogue.residual
-
-        half = not self._plan.exact and kernels.half_tiles()
 
         def job(start: tuple[int, int, int], buffers: list[Tensor]) -> None:
             i, r0, c0 = start
@@ -415,7 +414,7 @@ class SparseConv2d(_SparseBase):
 
         starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
         work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing
-        _run_chunks(job, starts, work, lambda: [x.new_empty(cin * plane)])
+        _run_chunks(job, starts, work, lambda: [x.new_empty(cin * plane)])  # floats even for half tiles
 
     def _mkl_forward(self, x: Tensor, out: Tensor, bias: Tensor | None) -> None:
         """k*k MKL CSR products per chunk of rows, on shifted flat slices of a padded copy of its input."""
