@@ -42,6 +42,7 @@ import iss.checkpoint
 import iss.pruning
 from iss.sparse import SparseConv2d, SparseLinear, kernels, layer_modes, sparsify
 from iss.sparse.fused import FusedSwinBlock
+from iss.train.loop import cpu_signature
 
 ARCHS = ("edsr-l", "swinir-light")
 RATIOS = (0.9, 0.95, 0.99)
@@ -293,13 +294,14 @@ def markdown(rows: list[dict], memory: list[dict], args: argparse.Namespace, env
 
 
 def platform_cpu() -> str:
-    """CPU model name and logical core count, for the results header."""
+    """CPU model, family (AMD 25: Zen 3/4, 26: Zen 5), vector extensions and core count, for the header."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
-        names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
-        return f"{names[0]} x{len(names)}"
-    except (OSError, IndexError):
+    except OSError:
         return "unknown CPU"
+    family = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("cpu family")), "?")
+    cores = sum(ln.startswith("processor") for ln in lines)
+    return f"{cpu_signature()}, family {family}, x{cores}"
 
 
 def load_average() -> str:
