@@ -8,7 +8,8 @@ there; it knows the layout before and after the move of the kernels to ``iss.spa
         python benchmarks/kernel_ab.py edsr-l 0.95 128 --no-avx512; done
 
 ``--no-avx512`` builds the kernels without AVX-512 (8 float lanes, as on an AVX2 CPU: a proxy for one, with
-AVX-512's 32 registers still there); ``--exact`` times ``sparsify(model, exact=True)``.
+AVX-512's 32 registers still there); ``--exact`` times ``sparsify(model, exact=True)``; ``--group-nonzeros N``
+sizes the conv kernel's groups of input channels for N non-zeros per output row.
 """
 
 from __future__ import annotations
@@ -36,9 +37,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-avx512", action="store_true")
     parser.add_argument("--exact", action="store_true")
+    parser.add_argument("--group-nonzeros", type=int, help="non-zeros per output row in a group of channels")
     args = parser.parse_args()
     if args.no_avx512:
         kernels.FLAGS = (["-O3", "-march=native", "-mno-avx512f"],)
+    if args.group_nonzeros:
+        from iss.sparse import layers
+
+        layers.GROUP_NONZEROS[kernels.lanes()] = args.group_nonzeros
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = iss.archs.build(args.arch, 4).eval()

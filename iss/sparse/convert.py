@@ -52,7 +52,7 @@ def sparsify(
         exact: keep every input in float32, so outputs equal the dense model's within float rounding. By
             default, on AVX-512 CPUs (``kernels.half_tiles()``), the C conv kernel keeps its inputs as IEEE
             halves (products and sums stay float32; a tile with an input beyond 65504 stays float32): up to
-            1.45x faster, outputs within about 1e-3 of dense (docs/sparse-inference.md).
+            1.4x faster, outputs within about 1e-3 of dense (docs/sparse-inference.md).
 
     The result is for CPU inference (``torch.inference_mode()``); its first forward is slower since it times
     each distinct layer once. ``layer_modes(result)`` says what each layer chose.

@@ -3,7 +3,7 @@
 ``csrc/*.c`` is plain C (no Python or torch headers): ``spmm.c`` the sparse x dense product for convs and
 Linears, ``swin.c`` whole Swin transformer blocks per window. It compiles in a few seconds with ``cc`` and is
 called through :mod:`ctypes`, which releases the GIL for the call. The shared library is cached under
-``$ISS_CACHE_DIR/kernels`` keyed by the sources, the compiler and the CPU, and built for the local CPU
+``$ISS_CACHE_DIR/kernels`` keyed by the sources, the compiler, its flags and the CPU, and built for the local CPU
 (``-march=native``). Without a working compiler, or with ``ISS_NATIVE=0``, :func:`load` returns None and
 :mod:`iss.sparse` falls back to its pure-PyTorch path (MKL's CSR product), which gives the same results.
 """
@@ -81,7 +81,7 @@ def load() -> ctypes.CDLL | None:
         return None
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     code = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
-    key = hashlib.sha256(code + version.encode() + _cpu_id().encode()).hexdigest()[:16]
+    key = hashlib.sha256(code + version.encode() + _cpu_id().encode() + repr(FLAGS).encode()).hexdigest()[:16]
     target = cache_dir() / "kernels" / f"spmm-{key}.so"
     try:
         if not target.exists():

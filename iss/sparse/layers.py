@@ -325,7 +325,7 @@ class SparseConv2d(_SparseBase):
         in a nearer cache. Groups are sized for ``GROUP_NONZEROS`` non-zeros per output row; denser groups
         would not fit, sparser ones spend more on re-reading the outputs than they save (measured on Zen 3,
         AVX2, 24: 1.4x at 90% zeros, 1.25x at 95%, none at 99% for 256 channels; on Zen 5, AVX-512, 48
-        beat 24 by 1.1-1.2x on EDSR-L at 95%).
+        beat 24 by 1.05-1.1x on EDSR-L at 95%: benchmarks/results/kernel_ab_groups.txt).
         """
         if self._offsets is None or self._offsets[0] != (plane, ld):
             k = self.kernel_size
