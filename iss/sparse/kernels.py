@@ -3,8 +3,8 @@
 ``csrc/*.c`` is plain C (no Python or torch headers): ``spmm.c`` the sparse x dense product for convs and
 Linears, ``swin.c`` whole Swin transformer blocks per window. It compiles in a few seconds with ``cc`` and is
 called through :mod:`ctypes`, which releases the GIL for the call. The shared library is cached under
-``$ISS_CACHE_DIR/kernels`` keyed by the sources, the compiler, its flags and the CPU, and built for the local CPU
-(``-march=native``). Without a working compiler, or with ``ISS_NATIVE=0``, :func:`load` returns None and
+``$ISS_CACHE_DIR/kernels`` keyed by the sources, the compiler, its flags and the CPU, and built for the
+local CPU (``-march=native``). Without a working compiler, or with ``ISS_NATIVE=0``, :func:`load` returns None and
 :mod:`iss.sparse` falls back to its pure-PyTorch path (MKL's CSR product), which gives the same results.
 """
 
