@@ -4,8 +4,8 @@
 Linears, ``swin.c`` whole Swin transformer blocks per window. It compiles in a few seconds with ``cc`` and is
 called through :mod:`ctypes`, which releases the GIL for the call. The shared library is cached under
 ``$ISS_CACHE_DIR/kernels`` keyed by the sources, the compiler, its flags and the CPU, and built for the
-local CPU (``-march=native``). Without a working compiler, or with ``ISS_NATIVE=0``, :func:`load` returns None and
-:mod:`iss.sparse` falls back to its pure-PyTorch path (MKL's CSR product), which gives the same results.
+local CPU (``-march=native``). Without a working compiler, or with ``ISS_NATIVE=0``, :func:`load` returns
+None and :mod:`iss.sparse` falls back to its pure-PyTorch path (MKL's CSR product): the same results.
 """
 
 from __future__ import annotations
