@@ -2,20 +2,25 @@
 the data cost inside a step. The zoo plan's budgets are set from these figures (``python -m iss zoo budget``).
 
 * ``eager``: fp32, ``torch.optim.Adam`` (foreach), patches cut by a DataLoader on the CPU and copied over.
-* ``fast``: what ``iss.train`` does for the zoo plan: on CUDA bf16 autocast, fused Adam, ``torch.compile``,
+* ``fast``: what ``iss.train`` does for the zoo plan on CUDA: bf16 autocast, fused Adam, ``torch.compile``,
   channels-last for convnets; on every device patches cut there from uint8 images kept there
-  (``iss.data.DevicePatches``) and no host synchronisation inside a step. (On the CPU that is eager fp32: bf16
-  and compilation do not pay off there.)
+  (``iss.data.DevicePatches``) and no host synchronisation inside a step. On the CPU it is eager fp32.
+* ``eager-fp32``, ``eager-bf16``, ``compiled-fp32``, ``compiled-bf16``: the four modes ``iss.train
+  --pick-mode`` times and chooses from on a CPU (bf16 autocast and/or ``torch.compile``; fp32 master weights
+  and Adam), with the ``fast`` data path.
 
 Each mode runs ``--warmup`` steps (compilation happens there and is reported), then ``--steps`` timed steps
 of ISS-P in its pruning stage (the costliest stage: selection every step). The pruner's and the data's shares
 are measured by running the same steps again without the pruner hooks, and with one batch reused:
 ``share = 1 - t_without / t_with``. ``--concurrency 1,2,4`` also runs that many processes of the first
-backbone's fast mode at once on one device and reports their total throughput (several cells of the zoo
-plan can then train at once: ``zoo train --jobs``).
+backbone's ``--concurrency-mode`` (default ``fast``) at once on one device and reports their total throughput
+(several cells of the zoo plan can then train at once: ``zoo train --jobs``).
 
     python benchmarks/train_throughput.py --json benchmarks/results/train_throughput_cuda.json   # on a GPU
     python benchmarks/train_throughput.py --tiny                                              # quick, CPU
+    python benchmarks/train_throughput.py --threads 1 --concurrency 1,2 --concurrency-mode compiled-bf16 \
+        --modes eager-fp32,eager-bf16,compiled-fp32,compiled-bf16 \
+        --json benchmarks/results/train_modes_cpu.json
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from iss import archs, pruning
 from iss.data import DevicePatches, TrainPatches
 from iss.train import Trainer
 from iss.train.config import TrainConfig
+from iss.train.loop import cpu_signature
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {
@@ -49,6 +55,9 @@ TINY = {
         "mlp_ratio": 1.0,
     },
 }
+
+
+MODES = ("eager", "fast", "eager-fp32", "eager-bf16", "compiled-fp32", "compiled-bf16")
 
 
 class _NoPruner:
@@ -71,10 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--configs", help="batch x LR patch, e.g. 32x64,16x48 (default: that on CUDA, 4x16 on CPU)"
     )
-    p.add_argument("--modes", default="eager,fast")
+    p.add_argument("--modes", default="eager,fast", help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--steps", type=int, help="timed steps per measurement (default 30 CUDA, 3 CPU)")
     p.add_argument("--warmup", type=int, help="untimed steps first (default 10 CUDA, 1 CPU)")
-    p.add_argument("--concurrency", default="", help="e.g. 1,2,4: processes training at once (fast mode)")
+    p.add_argument("--concurrency", default="", help="e.g. 1,2,4: processes training at once")
+    p.add_argument("--concurrency-mode", default="fast", choices=MODES, help="their mode")
     p.add_argument("--seconds", type=float, default=30, help="timed seconds of each concurrent process")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--tiny", action="store_true", help="tiny models, 2x8 patches: checks the script quickly")
@@ -93,15 +103,18 @@ def build(
     arch: str, scale: int, batch: int, patch: int, mode: str, device: torch.device, tiny: bool, data: Path
 ) -> tuple[Trainer, Any]:
     """A Trainer with ISS-P (r=0.95, pruning stage) and its batch source, set up as ``mode`` says."""
-    fast = mode == "fast"
-    gpu_fast = fast and device.type == "cuda"
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
+    fast = mode != "eager"
+    gpu_fast = mode == "fast" and device.type == "cuda"
+    amp, compiled = gpu_fast or mode.endswith("bf16"), gpu_fast or mode.startswith("compiled")
     torch.manual_seed(0)
     model = archs.build(arch, scale, **(TINY[arch] if tiny else {}))
     channels_last = gpu_fast and getattr(model, "prefers_channels_last", False)
     model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
     pruner = pruning.build("iss-p", model, 0.95, prune_iters=10**9)
-    net = torch.compile(model) if gpu_fast else model
-    trainer = Trainer(net, pruner, TrainConfig(arch=arch, scale=scale, amp=gpu_fast))
+    net = torch.compile(model) if compiled else model
+    trainer = Trainer(net, pruner, TrainConfig(arch=arch, scale=scale, amp=amp))
     if not fast:  # the plain optimizer, not the fused one Trainer picks on CUDA
         trainer.optimizer = torch.optim.Adam(model.parameters(), lr=2e-4, betas=(0.9, 0.99), foreach=True)
     trainer.channels_last = channels_last
@@ -161,9 +174,9 @@ def measure(args: argparse.Namespace, arch: str, batch: int, patch: int, mode: s
 
 
 def concurrent(args: argparse.Namespace, arch: str, batch: int, patch: int, jobs: int) -> dict[str, Any]:
-    """Total fast-mode throughput of ``jobs`` processes training at once on the same device: each warms up
-    (and compiles), says so, and all start timing together."""
-    job = {"arch": arch, "batch": batch, "patch": patch}
+    """Total throughput of ``jobs`` processes training at once on the same device, in
+    ``--concurrency-mode``: each warms up (and compiles), says so, and all start timing together."""
+    job = {"arch": arch, "batch": batch, "patch": patch, "mode": args.concurrency_mode}
     command = [
         sys.executable,
         __file__,
@@ -198,7 +211,7 @@ def concurrent(args: argparse.Namespace, arch: str, batch: int, patch: int, jobs
         "scale": args.scale,
         "batch": batch,
         "patch": patch,
-        "mode": "fast",
+        "mode": args.concurrency_mode,
         "jobs": jobs,
         "device": _device_name(torch.device(args.device)),
         "steps_per_second": statistics.mean(rates),
@@ -212,7 +225,7 @@ def worker(args: argparse.Namespace) -> None:
     job = json.loads(args.worker)
     device = torch.device(args.device)
     trainer, batches = build(
-        job["arch"], args.scale, job["batch"], job["patch"], "fast", device, args.tiny, args.data
+        job["arch"], args.scale, job["batch"], job["patch"], job["mode"], device, args.tiny, args.data
     )
     seconds_per_step(trainer, batches, args.warmup, device, reuse=False)
     print("ready", flush=True)
@@ -260,13 +273,15 @@ def _report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     print(_line(rows[-1]), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1) + "\n")
+        result = {"command": " ".join(sys.argv), "cpu": cpu_signature(), "torch": torch.__version__}
+        result["rows"] = rows
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def _line(row: dict[str, Any]) -> str:
     """One result as a readable line."""
     text = (
-        f"{row['arch']:<12} {row['batch']}x{row['patch']:<3} {row['mode']:<5} jobs {row['jobs']}: "
+        f"{row['arch']:<12} {row['batch']}x{row['patch']:<3} {row['mode']:<13} jobs {row['jobs']}: "
         f"{row['steps_per_second']:7.2f} it/s per process, {row['images_per_second']:8.1f} img/s"
     )
     if "pruner_share" in row:
