@@ -1,4 +1,4 @@
-"""Measure this machine's speed per backbone for the app's time estimates and write ``iss/speed.json``.
+"""Measure this machine's speed per backbone for the app's time estimates and write ``iss/sparse/speed.json``.
 
 For every registered backbone: one training step of one run (the default live-run step: x2, batch 4, LR
 patch 16, ISS-P, Adam), x4 inference on a 64x64 LR input, dense and through ``iss.sparsify`` (95% of each

@@ -150,7 +150,8 @@ def conv_tiles(
     multiplied there, in C; ``channels`` lists the input channels used (None: all); ``weight`` holds
     ``groups`` CSR matrices of ``out``'s channel count one after the other (``groups * C_out + 1`` row
     pointers), each for a range of input channels; ``residual`` (None, or contiguous float32 shaped like
-    ``out``) is added at the end. With ``shuffle`` s > 1, ``out`` is the pixel-shuffled [C_out / s^2, s H,
+    ``out``) is added at the end. With ``shuffle`` s > 1 (and s * tile_rows * len(cols) more floats in
+    ``buffer``), ``out`` is the pixel-shuffled [C_out / s^2, s H,
     s W] (``F.pixel_shuffle`` of the convolution, without writing the unshuffled tensor).
     """
     lib = _library()
@@ -179,8 +180,9 @@ def conv_tiles(
         raise ValueError(f"conv_tiles: rows {rows} or columns {cols} outside the {h}x{w} image")
     if half and not half_tiles():
         raise ValueError("conv_tiles: this CPU's kernel has no half tiles")
-    if tile_rows < 1 or ld < tw or plane < (tile_rows + 2 * p) * ld or buffer.numel() < cin * plane:
-        raise ValueError("conv_tiles: buffer too small for these tiles")  # floats even with halves: see C
+    needed = cin * plane + (shuffle * tile_rows * len(cols) if shuffle > 1 else 0)  # floats, also for halves
+    if tile_rows < 1 or ld < tw or plane < (tile_rows + 2 * p) * ld or buffer.numel() < needed:
+        raise ValueError("conv_tiles: buffer too small for these tiles")
     if weight.reach and weight.reach - 1 + (tile_rows - 1) * ld + len(cols) > buffer.numel():
         raise ValueError("conv_tiles: weights read outside the buffer")
     if channels is not None and not (

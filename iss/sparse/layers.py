@@ -414,7 +414,8 @@ class SparseConv2d(_SparseBase):
 
         starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
         work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing
-        _run_chunks(job, starts, work, lambda: [x.new_empty(cin * plane)])  # floats even for half tiles
+        size = cin * plane + (epilogue.shuffle * rows * cols if epilogue.shuffle > 1 else 0)  # floats
+        _run_chunks(job, starts, work, lambda: [x.new_empty(size)])
 
     def _mkl_forward(self, x: Tensor, out: Tensor, bias: Tensor | None) -> None:
         """k*k MKL CSR products per chunk of rows, on shifted flat slices of a padded copy of its input."""

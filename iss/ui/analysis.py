@@ -28,7 +28,6 @@ from torch import nn
 
 import iss
 import iss.sparse.speed
-import iss.train.config
 import iss.train.recording
 from iss.train import NonFiniteLossError
 from iss.train.recording import (
@@ -210,7 +209,7 @@ def build_live_run(
     chosen = names if all_layers else list(layers or []) or default_layers(names)
     for model in models.values():
         model.to(device).train()
-    train_config = iss.train.config.TrainConfig(lr=lr)
+    train_config = iss.train.TrainConfig(lr=lr)
     trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
     start_iteration, restored = 0, False
     if state_path is not None:

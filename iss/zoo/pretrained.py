@@ -60,18 +60,20 @@ def load(
     sparse: bool | None = None,
     device: str | torch.device = "cpu",
     manifest: str | os.PathLike | None = None,
+    exact: bool = False,
 ) -> nn.Module:
     """A zoo model by name, or an ISS-SR checkpoint by path, verified and ready for ``model(x)`` in eval mode.
 
     ``sparse`` (default: ``iss.sparse.speed.sparse_by_default`` for its backbone and ``device``) runs it
-    through ``iss.sparsify``, whose kernels are for the CPU; ``model.scale`` is its upscaling factor.
+    through ``iss.sparsify`` (``exact`` as there), whose kernels are for the CPU; ``model.scale`` is its
+    upscaling factor.
     """
     if sparse and torch.device(device).type != "cpu":
         raise ValueError(f"the sparse kernels run on the CPU only, not on {device}; pass sparse=False")
     net, meta = checkpoint.load(_checkpoint_file(model, manifest), device=device)
     if sparse is None:
         sparse = speed.sparse_by_default(meta["arch"], str(device))
-    return (sparsify(net) if sparse else net).eval()
+    return (sparsify(net, exact=exact) if sparse else net).eval()
 
 
 def _checkpoint_file(model: str | os.PathLike, manifest: str | os.PathLike | None) -> Path:

@@ -42,7 +42,10 @@ static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
 #define HALF 1
 typedef uint16_t half;
 static inline float half_to_float(half h) { return _cvtsh_ss(h); }
-static inline vec load_half(const half *p) { return (vec)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline vec load_half(const half *p)
+{
+    return (vec)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
 #endif
 static inline vec splat(float f) { return (vec){0} + f; }
 static inline vec relu(vec v) { return (vec)((ivec)v & (v > 0)); }

@@ -1,4 +1,4 @@
-/* Sparse x dense products behind iss.sparse, built on first use by iss/spmm.py (plain C, no Python API).
+/* Sparse x dense products behind iss.sparse, built on first use by iss/sparse/kernels.py (plain C).
  *
  * The core, iss_spmm, computes
  *   out[at(co) + r*row + x*step] = epilogue(bias[co] + sum_k val[k] * in[off[k] + r*in_row + x])
@@ -6,13 +6,12 @@
  * `accumulate` the sum starts from the output's current value instead of the bias.
  * `off` folds the input channel and, for a convolution, the kernel tap into one element offset, so a k x k
  * conv over a zero-padded input and a channel-major Linear are the same loop. The weights of one output
- * row are streamed while 8 vectors of outputs stay in registers: one load and one FMA per non-zero and
- * vector, instead of the load-FMA-store of an axpy; that is what makes it about 2x faster than MKL's CSR
- * product. The epilogue (ReLU, scale, residual add) is applied in registers before the single store. The
- * entry points below (iss_conv_tiles, iss_linear_tokens) first bring a cache-sized piece of the input into
- * that layout; swin.c runs whole transformer blocks on it. */
+ * row are streamed while 8 (AVX2) or 16 (AVX-512) vectors of outputs stay in registers: one load and one
+ * FMA per non-zero and vector, instead of the load-FMA-store of an axpy; that is what makes it about 2x
+ * faster than MKL's CSR product. The epilogue (ReLU, scale, residual add) is applied in registers before
+ * the single store. The entry points below (iss_conv_tiles, iss_linear_tokens) first bring a cache-sized
+ * piece of the input into that layout; swin.c runs whole transformer blocks on it. */
 #include <math.h>
-#include <stdlib.h>
 
 #include "kernels.h"
 
@@ -61,8 +60,8 @@ static inline vec finish(vec v, epilogue ep, const float *res, int64_t step)
 
 /* Output row co, rows [r, r + NR), columns [x0, x1) in blocks of NB vectors: NR * NB accumulators stay in
  * registers, so each non-zero's offset and weight are read once for NR * NB loads and FMAs. */
-#define BLOCKED(NAME, NR, NB, T, LOAD)                                                                                \
-    static void NAME(float *out, layout o, int64_t co, int64_t r, const T *in, int64_t in_row,                 \
+#define BLOCKED(NAME, NR, NB, T, LOAD)                                                                       \
+    static void NAME(float *out, layout o, int64_t co, int64_t r, const T *in, int64_t in_row,               \
                      int64_t x0, int64_t x1, int32_t first, int32_t last, const int32_t *off,                \
                      const float *val, float b, int accumulate, epilogue ep)                                 \
     {                                                                                                        \
@@ -99,43 +98,46 @@ BLOCKED(narrow_rows_h, ROWS4, 4, half, load_half)
 BLOCKED(narrow_row_h, 1, 4, half, load_half)
 #endif
 
-#define SPMM(NAME, T, LOAD, SCALAR, SUFFIX)                                                                                    \
-void NAME(float *out, layout o, const T *in, int64_t in_row, int64_t rows, int64_t width,                                      \
-              int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val, const float *bias,                    \
-              int accumulate, epilogue ep)                                                                                     \
-{                                                                                                                              \
-    const int64_t s = o.step, wide = width / (8 * LANES) * (8 * LANES);                                                        \
-    const int64_t narrow = wide + (width - wide) / (4 * LANES) * (4 * LANES);                                                  \
-    for (int64_t co = 0; co < cout; co++) {                                                                                    \
-        const int32_t first = rowptr[co], last = rowptr[co + 1];                                                               \
-        const float b = bias ? bias[co] : 0.0f;                                                                                \
-        int64_t r = 0;                                                                                                         \
-        for (; r + ROWS8 <= rows; r += ROWS8)                                                                                  \
-            wide_rows##SUFFIX(out, o, co, r, in, in_row, 0, wide, first, last, off, val, b, accumulate, ep);                   \
-        for (; r < rows; r++) wide_row##SUFFIX(out, o, co, r, in, in_row, 0, wide, first, last, off, val, b, accumulate, ep);  \
-        for (r = 0; r + ROWS4 <= rows; r += ROWS4)                                                                             \
-            narrow_rows##SUFFIX(out, o, co, r, in, in_row, wide, narrow, first, last, off, val, b, accumulate, ep);            \
-        for (; r < rows; r++)                                                                                                  \
-            narrow_row##SUFFIX(out, o, co, r, in, in_row, wide, narrow, first, last, off, val, b, accumulate, ep);             \
-        if (narrow == width) continue;                                                                                         \
-        for (r = 0; r < rows; r++) { /* the last columns: one vector, then one float at a time */                              \
-            const T *src = in + r * in_row;                                                                                    \
-            float *dst = out + at(o, co) + r * o.row;                                                                          \
-            const float *res = ep.res ? ep.res + at(o, co) + r * o.row : NULL;                                                 \
-            int64_t x = narrow;                                                                                                \
-            for (; x + LANES <= width; x += LANES) {                                                                           \
-                vec acc = accumulate ? load_at(dst + x * s, s) : splat(b);                                                     \
-                for (int32_t k = first; k < last; k++) acc += splat(val[k]) * LOAD(src + off[k] + x);                          \
-                store_at(dst + x * s, finish(acc, ep, res ? res + x * s : NULL, s), s);                                        \
-            }                                                                                                                  \
-            for (; x < width; x++) {                                                                                           \
-                float acc = accumulate ? dst[x * s] : b;                                                                       \
-                for (int32_t k = first; k < last; k++) acc += val[k] * SCALAR(src[off[k] + x]);                                \
-                if (ep.relu && acc < 0.0f) acc = 0.0f;                                                                         \
-                dst[x * s] = acc * ep.scale + (res ? res[x * s] : 0.0f);                                                       \
-            }                                                                                                                  \
-        }                                                                                                                      \
-    }                                                                                                                          \
+#define SPMM(NAME, T, LOAD, SCALAR, SUFFIX)                                                                  \
+void NAME(float *out, layout o, const T *in, int64_t in_row, int64_t rows, int64_t width,                    \
+          int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val, const float *bias,  \
+          int accumulate, epilogue ep)                                                                       \
+{                                                                                                            \
+    const int64_t s = o.step, wide = width / (8 * LANES) * (8 * LANES);                                      \
+    const int64_t narrow = wide + (width - wide) / (4 * LANES) * (4 * LANES);                                \
+    for (int64_t co = 0; co < cout; co++) {                                                                  \
+        const int32_t first = rowptr[co], last = rowptr[co + 1];                                             \
+        const float b = bias ? bias[co] : 0.0f;                                                              \
+        int64_t r = 0;                                                                                       \
+        for (; r + ROWS8 <= rows; r += ROWS8)                                                                \
+            wide_rows##SUFFIX(out, o, co, r, in, in_row, 0, wide, first, last, off, val, b, accumulate, ep); \
+        for (; r < rows; r++)                                                                                \
+            wide_row##SUFFIX(out, o, co, r, in, in_row, 0, wide, first, last, off, val, b, accumulate, ep);  \
+        for (r = 0; r + ROWS4 <= rows; r += ROWS4)                                                           \
+            narrow_rows##SUFFIX(out, o, co, r, in, in_row, wide, narrow, first, last, off, val, b,           \
+                                accumulate, ep);                                                             \
+        for (; r < rows; r++)                                                                                \
+            narrow_row##SUFFIX(out, o, co, r, in, in_row, wide, narrow, first, last, off, val, b,            \
+                               accumulate, ep);                                                              \
+        if (narrow == width) continue;                                                                       \
+        for (r = 0; r < rows; r++) { /* the last columns: one vector, then one float at a time */            \
+            const T *src = in + r * in_row;                                                                  \
+            float *dst = out + at(o, co) + r * o.row;                                                        \
+            const float *res = ep.res ? ep.res + at(o, co) + r * o.row : NULL;                               \
+            int64_t x = narrow;                                                                              \
+            for (; x + LANES <= width; x += LANES) {                                                         \
+                vec acc = accumulate ? load_at(dst + x * s, s) : splat(b);                                   \
+                for (int32_t k = first; k < last; k++) acc += splat(val[k]) * LOAD(src + off[k] + x);        \
+                store_at(dst + x * s, finish(acc, ep, res ? res + x * s : NULL, s), s);                      \
+            }                                                                                                \
+            for (; x < width; x++) {                                                                         \
+                float acc = accumulate ? dst[x * s] : b;                                                     \
+                for (int32_t k = first; k < last; k++) acc += val[k] * SCALAR(src[off[k] + x]);              \
+                if (ep.relu && acc < 0.0f) acc = 0.0f;                                                       \
+                dst[x * s] = acc * ep.scale + (res ? res[x * s] : 0.0f);                                     \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
 }
 static inline float identity(float f) { return f; }
 SPMM(iss_spmm, float, load, identity, )
@@ -150,7 +152,8 @@ static void spmm_any(int64_t half_tiles, float *out, layout o, const float *buf,
 {
 #ifdef HALF
     if (half_tiles) {
-        spmm_half(out, o, (const half *)buf, in_row, rows, width, cout, rowptr, off, val, bias, accumulate, ep);
+        spmm_half(out, o, (const half *)buf, in_row, rows, width, cout, rowptr, off, val, bias, accumulate,
+                  ep);
         return;
     }
 #endif
@@ -174,7 +177,7 @@ static void fill(float *dst, const float *row, int64_t xs, int64_t lead, int64_t
 }
 
 #ifdef HALF
-/* fill() into halves; returns 0 if an input is beyond half's range (65504), which the caller redoes in floats. */
+/* fill() into halves; 0 if an input is beyond half's range (65504): the caller then redoes it in floats. */
 static int fill_half(half *dst, const float *row, int64_t xs, int64_t lead, int64_t n, int64_t tw)
 {
     if (!row) {
@@ -222,7 +225,8 @@ static void shuffled(float *out, layout o, const float *res, int64_t n, int64_t 
             for (; x + LANES <= width; x += LANES) {
                 const vec a = load(tmp + r * width + x), b = load(tmp + t.co + r * width + x);
                 const int64_t e = r * o.row + 2 * x;
-                const vec lo = __builtin_shufflevector(a, b, ZIP_LO), hi = __builtin_shufflevector(a, b, ZIP_HI);
+                const vec lo = __builtin_shufflevector(a, b, ZIP_LO);
+                const vec hi = __builtin_shufflevector(a, b, ZIP_HI);
                 store(out + e, res ? lo + load(res + e) : lo);
                 store(out + e + LANES, res ? hi + load(res + e + LANES) : hi);
             }
@@ -242,7 +246,8 @@ static void shuffled(float *out, layout o, const float *res, int64_t n, int64_t 
  * matrices of cout rows (rowptr has groups * cout + 1 entries), each reading a range of input channels: one
  * group's part of the buffer stays in L1/L2 while all outputs accumulate it. The epilogue's `res` (NULL, or
  * a contiguous tensor shaped like out) is added after ReLU and scaling, after the last group. With
- * `shuffle` s > 1, out is the pixel-shuffled [cout / s^2][h s][w s] instead. */
+ * `shuffle` s > 1, out is the pixel-shuffled [cout / s^2][h s][w s] instead, and buf holds s * rows *
+ * (c1 - c0) more floats after the tile. */
 void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t xs, const int64_t *channels,
                     int64_t cin, int64_t h, int64_t w, int64_t p, int64_t r0, int64_t r1, int64_t c0,
                     int64_t c1, int64_t rows, float *buf, int64_t plane, int64_t ld, int64_t cout,
@@ -254,7 +259,7 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
     const int64_t x0 = c0 - p < 0 ? 0 : c0 - p;           /* input columns copied: [x0, x1) */
     const int64_t x1 = c1 + p > w ? w : c1 + p;
     const int64_t lead = x0 - (c0 - p);
-    float *tmp = shuffle > 1 ? malloc(shuffle * rows * (c1 - c0) * sizeof *tmp) : NULL;
+    float *tmp = buf + cin * plane; /* shuffle > 1: tmp[shuffle][rows][c1 - c0] after the tile */
     for (int64_t top = r0; top < r1; top += rows) {
         const int64_t n = r1 - top < rows ? r1 - top : rows;
         int64_t halves = half_tiles; /* this tile's inputs as halves, unless one is too large for them */
@@ -288,7 +293,6 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
                          s, groups, cout, rowptr + co, off, val, bias ? bias + co : NULL, relu, scale, tmp,
                          halves);
     }
-    free(tmp);
 }
 
 /* Tokens [t0, t1) of a Linear layer on token-major in[tokens][cin] into token-major out[tokens][cout],
