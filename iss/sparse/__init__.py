@@ -7,10 +7,11 @@ kernels are the default.
 """
 
 from .convert import MIN_ZEROS, layer_modes, sparse_path, sparsify
-from .layers import Epilogue, SparseConv2d, SparseLinear, is_convertible, zero_fraction
+from .layers import SETUP_CALLS, Epilogue, SparseConv2d, SparseLinear, is_convertible, zero_fraction
 
 __all__ = [
     "MIN_ZEROS",
+    "SETUP_CALLS",
     "Epilogue",
     "SparseConv2d",
     "SparseLinear",

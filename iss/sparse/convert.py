@@ -14,7 +14,15 @@ from torch import nn
 from . import kernels
 from .fused import FusedSwinBlock, SparseResidualBlock
 from .fused import fuse as fuse_blocks
-from .layers import SparseConv2d, SparseLinear, _Plan, _SparseBase, is_convertible, zero_fraction
+from .layers import (
+    ForwardThreads,
+    SparseConv2d,
+    SparseLinear,
+    _Plan,
+    _SparseBase,
+    is_convertible,
+    zero_fraction,
+)
 
 MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
 
@@ -55,7 +63,9 @@ def sparsify(
             1.4x faster, outputs within about 1e-3 of dense (docs/sparse-inference.md).
 
     The result is for CPU inference (``torch.inference_mode()``); its first forward is slower since it times
-    each distinct layer once. ``layer_modes(result)`` says what each layer chose.
+    each distinct layer once. ``layer_modes(result)`` says what each layer chose. Its second and third
+    calls also time whether torch's own ops (all but the kernels) should run on one thread during its forward
+    (:class:`iss.sparse.layers.ForwardThreads`; ``torch.set_num_threads`` is process-wide).
     """
     if not min_speedup >= 0:
         raise ValueError(f"min_speedup must be >= 0, got {min_speedup}")
@@ -71,6 +81,9 @@ def sparsify(
         setattr(parent, name, cls(layer, plan))
     if fuse:
         fuse_blocks(result, plan)
+    threads = ForwardThreads()
+    result.register_forward_pre_hook(threads.enter)
+    result.register_forward_hook(threads.exit, always_call=True)
     return result.eval()
 
 

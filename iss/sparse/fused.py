@@ -18,8 +18,6 @@ without them the per-layer path runs unchanged.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
@@ -28,7 +26,7 @@ from iss.archs.edsr import ResidualBlock
 from iss.archs.swinir import SwinTransformerBlock
 
 from . import kernels
-from .layers import SparseConv2d, SparseLinear, _Plan, _run_chunks
+from .layers import SparseConv2d, SparseLinear, _Plan, _run_chunks, pool_threads
 
 __all__ = ["FusedSwinBlock", "SparseConvShuffle", "SparseResidualBlock", "fuse"]
 
@@ -82,7 +80,7 @@ class FusedSwinBlock(nn.Module):
         c = x.shape[-1]
         zeros = tuple(round(layer.zeros, 3) for layer in _linears(self.block))
         key = ("swin", c, self._weights.heads, self._weights.window_size, self._weights.shift > 0, *size,
-               x.shape[0], zeros, torch.get_num_threads())  # fmt: skip
+               x.shape[0], zeros, pool_threads())  # fmt: skip
         use_fused = self._plan.use_sparse(key, lambda: self.block(x, size), lambda: self._fused(x, size))
         self.mode = "fused" if use_fused else "layers"
         if use_fused:
@@ -91,25 +89,25 @@ class FusedSwinBlock(nn.Module):
             self._weights = None
 
     def _fused(self, x: Tensor, size: tuple[int, int]) -> Tensor:
-        """Every window of every image through ``iss_swin_windows``, spread over the pool's threads."""
+        """Every window of every image through ``iss_swin_windows``: one call per pool thread and image, the
+        threads claiming windows in C (a job per few windows spent more time in Python than in the kernel)."""
         weights, (h, w) = self._weights, size
         if x.device.type != "cpu" or x.dtype != torch.float32:
             raise ValueError(f"the fused Swin block runs float32 on CPU, got {x.dtype} on {x.device.type}")
         tokens = x.contiguous()
         out = torch.empty_like(tokens)
         count = (h // weights.window_size) * (w // weights.window_size)
-        step = max(1, math.ceil(count * x.shape[0] / (4 * torch.get_num_threads())))
-        jobs = [(i, start) for i in range(x.shape[0]) for start in range(0, count, step)]
+        claims = torch.zeros(x.shape[0], dtype=torch.int64)  # each image's next unclaimed window
 
-        def job(start: tuple[int, int], buffers: list[Tensor]) -> None:
-            i, first = start
-            windows = range(first, min(count, first + step))
-            kernels.swin_windows(out[i], tokens[i], weights, size=size, windows=windows, buffer=buffers[0])
+        def job(_: int, buffers: list[Tensor]) -> None:
+            for i in range(x.shape[0]):
+                kernels.swin_windows(out[i], tokens[i], weights, size=size, windows=range(count),
+                                     buffer=buffers[0], claim=claims[i : i + 1])  # fmt: skip
 
         n = weights.window_size**2
         nnz = sum(csr.values.numel() for csr, _ in weights.linears)
         work = x.shape[0] * h * w * (nnz + 2 * n * weights.channels)  # multiply-adds: Linears, attention
-        _run_chunks(job, jobs, work, lambda: [x.new_empty(weights.buffer_size())])
+        _run_chunks(job, range(pool_threads()), work, lambda: [x.new_empty(weights.buffer_size())])
         return out
 
     def extra_repr(self) -> str:

@@ -94,7 +94,7 @@ def load() -> ctypes.CDLL | None:
     conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr, i64, i64]
     lib.iss_conv_tiles.argtypes = conv
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
-    lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr]
+    lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr, ptr]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
     lib.iss_lanes.restype = lib.iss_half.restype = ctypes.c_int
     return lib
@@ -320,10 +320,15 @@ class SwinBlock:
 
 
 def swin_windows(
-    out: Tensor, tokens: Tensor, block: SwinBlock, *, size: tuple[int, int], windows: range, buffer: Tensor
-) -> None:
+    out: Tensor, tokens: Tensor, block: SwinBlock, *, size: tuple[int, int], windows: range, buffer: Tensor,
+    claim: Tensor | None = None,
+) -> None:  # fmt: skip
     """Windows ``windows`` (row-major) of one Swin block on one image: ``tokens`` and ``out`` are [H*W, C]
-    token-major, ``size`` is (H, W), multiples of the window. ``block`` must have passed ``check()``."""
+    token-major, ``size`` is (H, W), multiples of the window. ``block`` must have passed ``check()``.
+
+    With ``claim``, a one-element int64 tensor that holds ``windows.start`` before the first call, threads
+    calling this at once split ``windows``: each runs the windows it claims from that counter, one at a time.
+    """
     lib = _library()
     (h, w), ws, c = size, block.window_size, block.channels
     count = (h // ws) * (w // ws)
@@ -335,12 +340,16 @@ def swin_windows(
         raise ValueError("swin_windows: output must differ from the input, and the buffer hold one window")
     if windows.step != 1 or not 0 <= windows.start <= windows.stop <= count:
         raise ValueError(f"swin_windows: windows {windows} outside 0..{count}")
+    if claim is not None and not (
+        claim.dtype == torch.int64 and claim.numel() == 1 and claim.is_contiguous()
+    ):
+        raise ValueError("swin_windows: claim must be a one-element int64 tensor")
     if not windows:
         return
     struct = block._struct(h, w)
     lib.iss_swin_windows(
         out.data_ptr(), tokens.data_ptr(), ctypes.byref(struct), windows.start, windows.stop,
-        buffer.data_ptr(),
+        buffer.data_ptr(), _ptr(claim),
     )  # fmt: skip
 
 

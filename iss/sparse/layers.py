@@ -18,14 +18,15 @@ converted layer decides on its first call: it times its dense and sparse kernels
 input and keeps the faster one (layers with the same shape, density, input size and thread count share one
 measurement). The representation not chosen is dropped. Inference only, CPU only. With several threads the
 tiles are spread over a small pool of Python threads (the kernels release the GIL): this avoids an OpenMP
-barrier per call, which stalls badly on a shared CPU.
+barrier per call, which stalls badly on a shared CPU (and :class:`ForwardThreads` keeps torch's own
+OpenMP threads from spinning on those cores).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import queue
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +54,9 @@ PARALLEL_MIN_WORK = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs
 GROUP_NONZEROS = {16: 48, 8: 24, 4: 24}
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
 _POOL: dict[int, ThreadPoolExecutor] = {}  # thread count -> pool
+_FORWARD_LOCK = threading.Lock()
+_forward_depth = 0  # forwards running now with torch on one thread (ForwardThreads)
+_forward_threads: int | None = None  # while any runs: the thread count torch had when the first began
 
 
 def zero_fraction(weight: Tensor) -> float:
@@ -69,6 +73,65 @@ def _to_csr(matrix: Tensor) -> Tensor:
         csr = matrix.detach().contiguous().to_sparse_csr()
         rows, cols = csr.crow_indices().to(torch.int32), csr.col_indices().to(torch.int32)
         return torch.sparse_csr_tensor(rows, cols, csr.values(), csr.shape)
+
+
+SETUP_CALLS = 3  # calls a sparsified model spends choosing: its kernels on the first, ForwardThreads's mode
+
+
+class ForwardThreads:
+    """Forward hooks of a :func:`iss.sparsify`-ed model that choose, by timing, where torch's own ops run.
+
+    Between the sparse kernels a model still runs torch ops (LayerNorm, adds, attention outside fused
+    blocks). On several threads each one wakes OpenMP workers that then spin for more work (libgomp's
+    default, ``OMP_WAIT_POLICY`` unset), holding the cores this module's pool needs for milliseconds:
+    SwinIR-light at 64x64 ran no faster on 2 threads than on 1. Running torch's ops on one thread while the
+    kernels keep the caller's thread count (:func:`pool_threads`) avoids that, but slows models whose own
+    torch ops weigh (CAT-R's attention). So the second call runs as usual, the third with torch on one
+    thread, and the faster per input element is kept (``mode``: "undecided", "all" or "one").
+    """
+
+    def __init__(self) -> None:
+        self.mode = "undecided"
+        self._calls = 0
+        self._seconds: dict[bool, float] = {}  # one thread? -> seconds per input element
+        self._running: list[tuple[float, bool, int]] = []  # (start, one thread?, input elements)
+
+    def enter(self, module: nn.Module, args: tuple) -> None:
+        self._calls += 1
+        one = self.mode == "one" or (self.mode == "undecided" and self._calls == 3)
+        if one:
+            _torch_on_one_thread(True)
+        size = next((a.numel() for a in args if isinstance(a, Tensor)), 1)
+        self._running.append((time.perf_counter(), one, max(size, 1)))
+
+    def exit(self, module: nn.Module, args: tuple, output: object) -> None:
+        start, one, size = self._running.pop()
+        if one:
+            _torch_on_one_thread(False)
+        if self.mode == "undecided" and self._calls in (2, 3) and output is not None:
+            self._seconds[one] = (time.perf_counter() - start) / size
+            if len(self._seconds) == 2:
+                self.mode = "one" if self._seconds[True] < self._seconds[False] else "all"
+
+
+def _torch_on_one_thread(enter: bool) -> None:
+    """Enter (or leave) a forward whose torch ops run on one thread; the first to enter saves torch's thread
+    count for :func:`pool_threads`, the last to leave restores it."""
+    global _forward_depth, _forward_threads
+    with _FORWARD_LOCK:
+        if enter and _forward_depth == 0:
+            _forward_threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _forward_depth += 1 if enter else -1
+        if not enter and _forward_depth == 0:
+            torch.set_num_threads(_forward_threads)
+            _forward_threads = None
+
+
+def pool_threads() -> int:
+    """Threads for the sparse kernels: torch's count, or while a forward runs torch's ops on one thread
+    (:class:`ForwardThreads`), the count torch had before."""
+    return _forward_threads or torch.get_num_threads()
 
 
 @contextmanager
@@ -121,35 +184,32 @@ def _run_chunks(
     scratch: Callable[[], list[Tensor]],
 ) -> None:
     """Run ``fn(job, buffers)`` on every job, on this thread for small ``work`` (multiply-adds and such),
-    else spread over ``torch.get_num_threads()`` pool threads.
+    else spread over :func:`pool_threads` threads.
 
-    A pool thread takes the next chunk when done with one (the C and torch kernels release the GIL), so a
-    core taken by another process delays one chunk rather than every call. The per-thread ``scratch()``
-    buffers are allocated here, on the calling thread: allocations inside the pool threads would land in
-    per-thread malloc arenas that keep their memory.
+    The calling thread and ``threads - 1`` pool threads each take the next job when done with one (the C
+    and torch kernels release the GIL), so a core taken by another process delays one job rather than every
+    call, and no call waits for a pool thread to wake that it could have run itself. The per-thread
+    ``scratch()`` buffers are allocated here, on the calling thread: allocations inside the pool threads
+    would land in per-thread malloc arenas that keep their memory.
     """
-    threads = min(torch.get_num_threads(), len(jobs))
+    threads = min(pool_threads(), len(jobs))
     if threads <= 1 or work < PARALLEL_MIN_WORK:
-        buffers = scratch()
-        with _num_threads(1):
-            for job in jobs:
-                fn(job, buffers)
-        return
-    free: queue.SimpleQueue[list[Tensor]] = queue.SimpleQueue()
-    for _ in range(threads):
-        free.put(scratch())
+        threads = 1
+    todo = iter(jobs)  # shared: next() on it is atomic under the GIL
     inference = torch.is_inference_mode_enabled()
 
-    def run(job: object) -> None:
-        buffers = free.get()
-        try:
-            with torch.inference_mode(inference), torch.no_grad():  # both modes are thread-local
+    def run(buffers: list[Tensor]) -> None:
+        with torch.inference_mode(inference), torch.no_grad():  # both modes are thread-local
+            for job in todo:
                 fn(job, buffers)
-        finally:
-            free.put(buffers)
 
-    with _num_threads(1):  # MKL's thread count may be process-wide: keep each pool thread's calls sequential
-        list(_pool(threads).map(run, jobs))
+    with _num_threads(1):  # MKL's thread count may be process-wide: keep each thread's calls sequential
+        helpers = [_pool(threads - 1).submit(run, scratch()) for _ in range(threads - 1)]
+        try:
+            run(scratch())
+        finally:
+            for helper in helpers:
+                helper.result()
 
 
 @dataclass(frozen=True)
@@ -224,7 +284,7 @@ class _SparseBase(nn.Module):
         if torch.is_grad_enabled() and x.requires_grad:
             raise ValueError("sparse layers are inference-only: call them under torch.inference_mode()")
         if self.mode == "undecided":
-            self._decide((*self._signature(x), round(self.zeros, 3), x.dtype, torch.get_num_threads()), x)
+            self._decide((*self._signature(x), round(self.zeros, 3), x.dtype, pool_threads()), x)
         if self.mode == "dense":
             return epilogue.apply(self._dense_forward(x, self._weight))
         return self._sparse_forward(x, epilogue)
@@ -392,7 +452,7 @@ class SparseConv2d(_SparseBase):
         cols = min(w, TILE_COLS)
         ld = cols + 2 * p
         tiles_across = math.ceil(w / cols)
-        threads = torch.get_num_threads()
+        threads = pool_threads()
         # rows per pool job: all of them on one thread, else at least 4 jobs per thread, for balance
         job_rows = h if threads == 1 else min(h, math.ceil(n * h * tiles_across / (4 * threads)))
         cache_rows = max(MIN_ROWS, NATIVE_IN_BYTES // (cin * ld * x.element_size()) - 2 * p)
@@ -430,7 +490,7 @@ class SparseConv2d(_SparseBase):
                 IN_BYTES // (cin * wp * itemsize) - 2 * p - 1,
             ),
         )
-        threads = torch.get_num_threads()
+        threads = pool_threads()
         if threads > 1:  # at least 4 chunks per thread, for balance
             rows = min(rows, max(1, math.ceil(n * h / (4 * threads))))
         taps = [((t // k) * wp + t % k, tap) for t, tap in self._tap_csrs()]
@@ -515,7 +575,7 @@ class SparseLinear(_SparseBase):
         out = x.new_empty(total, self.out_features)
         width = self.in_features + self.out_features
         ld = min(total, max(LANES, LINEAR_BUFFER_BYTES // (width * x.element_size()) // LANES * LANES))
-        threads = torch.get_num_threads()
+        threads = pool_threads()
         # tokens per pool job: all of them on one thread, else at least 4 jobs per thread, for balance
         span = total if threads == 1 else LANES * math.ceil(total / (4 * threads * LANES))
         weights = self._offset_csr(ld)
@@ -539,7 +599,7 @@ class SparseLinear(_SparseBase):
         tokens = x.reshape(-1, self.in_features)
         total = tokens.shape[0]
         out = x.new_empty(self.out_features, total)
-        threads = torch.get_num_threads()
+        threads = pool_threads()
         step = total if threads == 1 else max(1, math.ceil(total / (4 * threads)))
 
         def scratch() -> list[Tensor]:

@@ -537,8 +537,6 @@ def upgrade_bundled(manifest: str | os.PathLike | None = None) -> list[str]:
     return upgraded
 
 
-
-
 def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None = None) -> str:
     """The zoo as a text table: name, arch, scale, method, ratio, size, Set5 PSNR, where it is available."""
     header = ("name", "arch", "scale", "method", "ratio", "size", "Set5 PSNR", "local")

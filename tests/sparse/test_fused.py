@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import pytest
@@ -147,6 +148,36 @@ def test_swin_windows_refuses_bad_calls() -> None:
         kernels.swin_windows(out[:-24], tokens[:-24], weights, **good)
     with pytest.raises(ValueError, match="buffer"):
         kernels.swin_windows(out, tokens, weights, **{**good, "buffer": buffer[:-1]})
+
+
+def test_threads_claiming_windows_run_each_once() -> None:
+    """Two threads sharing one claim counter compute exactly what one call does; a counter already at 4
+    leaves windows 0-3 untouched."""
+    needs_c()
+    torch.manual_seed(0)
+    fast = sparsify(masked(archs.build("swinir-light", 2, **SWIN), 0.9), exact=True)
+    weights = next(m for m in fast.modules() if isinstance(m, FusedSwinBlock) and m._weights.shift)._weights
+    tokens, size = torch.rand(16 * 24, 12), (16, 24)
+    buffers = [torch.empty(weights.buffer_size()) for _ in range(2)]
+    expected = torch.empty_like(tokens)
+    kernels.swin_windows(expected, tokens, weights, size=size, windows=range(6), buffer=buffers[0])
+    out, claim = torch.full_like(tokens, math.nan), torch.zeros(1, dtype=torch.int64)
+    threads = [
+        threading.Thread(target=kernels.swin_windows, args=(out, tokens, weights),
+                         kwargs=dict(size=size, windows=range(6), buffer=buffer, claim=claim))
+        for buffer in buffers
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert torch.equal(out, expected)
+    out, claim = torch.full_like(tokens, math.nan), torch.tensor([4])
+    kernels.swin_windows(out, tokens, weights, size=size, windows=range(6), buffer=buffers[0], claim=claim)
+    assert out.isfinite().all(1).sum() == 2 * 64  # two 8x8 windows
+    with pytest.raises(ValueError, match="claim"):
+        kernels.swin_windows(out, tokens, weights, size=size, windows=range(6), buffer=buffers[0],
+                             claim=claim.int())  # fmt: skip
 
 
 def test_portable_build_gives_the_same_results(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

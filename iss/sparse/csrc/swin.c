@@ -158,15 +158,24 @@ static void linear(float *out, const float *in, int64_t cout, int64_t n, const c
     iss_spmm(out, (layout){n, 0, 0, 1}, in, 0, 1, n, cout, wt->rowptr, wt->off, wt->val, wt->bias, 0, ep);
 }
 
-/* Windows [w0, w1) (row-major window order) of one image: in and out are token-major [h*w][c] (different
- * tensors). `buf` holds n * (7c + hidden + LANES) floats, n = ws * ws (a multiple of LANES). */
-void iss_swin_windows(float *out, const float *in, const swin_block *b, int64_t w0, int64_t w1, float *buf)
+/* The next window to run: w + 1, or with `next` the one claimed from the counter that the threads splitting
+ * the windows share (one at a time, so a thread slowed by another process simply runs fewer of them). */
+static inline int64_t next_window(int64_t *next, int64_t w)
+{
+    return next ? __atomic_fetch_add(next, 1, __ATOMIC_RELAXED) : w + 1;
+}
+
+/* Windows [w0, w1) (row-major window order) of one image, or with `next` (holding w0 before the first
+ * thread starts) those of them this thread claims: in and out are token-major [h*w][c] (different tensors).
+ * `buf` holds n * (7c + hidden + LANES) floats, n = ws * ws (a multiple of LANES). */
+void iss_swin_windows(float *out, const float *in, const swin_block *b, int64_t w0, int64_t w1, float *buf,
+                      int64_t *next)
 {
     const int64_t c = b->c, n = b->ws * b->ws, d = c / b->heads, across = b->w / b->ws;
     float *x = buf, *t = x + c * n, *qkv = t + c * n, *o = qkv + 3 * c * n, *hid = o + c * n;
     vec *scores = (vec *)(hid + b->hidden * n); /* n vectors; memcpy-based loads keep this alignment-free */
     int64_t token[n];
-    for (int64_t wi = w0; wi < w1; wi++) {
+    for (int64_t wi = next ? next_window(next, 0) : w0; wi < w1; wi = next_window(next, wi)) {
         const int64_t wy = wi / across * b->ws, wx = wi % across * b->ws;
         const int64_t kind = 2 * (wy + b->ws == b->h) + (wx + b->ws == b->w);
         const float *mask = b->mask && kind ? b->mask + kind * n * n : NULL;
