@@ -63,7 +63,7 @@ def test_the_layout_has_few_top_level_modules_and_no_import_cycles() -> None:
     def visit(node: str, path: list[str]) -> None:
         state[node] = 1
         for nxt in sorted(graph[node]):
-            assert state.get(nxt) != 1, "import cycle: " + " -> ".join([*path[path.index(nxt):], nxt])
+            assert state.get(nxt) != 1, "import cycle: " + " -> ".join([*path[path.index(nxt) :], nxt])
             if nxt not in state:
                 visit(nxt, [*path, nxt])
         state[node] = 2

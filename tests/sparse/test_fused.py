@@ -39,6 +39,19 @@ def test_fused_swin_blocks_equal_dense(ratio: float, size: tuple[int, int]) -> N
     assert sparse_path(fast) == "fused C kernels"
 
 
+@pytest.mark.parametrize("window", [4, 12])
+def test_fused_swin_blocks_of_other_windows_equal_dense(window: int) -> None:
+    """16 and 144 tokens per window: blocks of 4 vectors and single vectors in the kernel's Linears."""
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN, window_size=window, img_size=4 * window), 0.9)
+    fast = sparsify(model, exact=True, min_speedup=0.0)
+    x = torch.rand(1, 3, 2 * window, 3 * window - 1)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    assert {m.mode for m in fast.modules() if isinstance(m, FusedSwinBlock)} == {"fused"}
+
+
 def test_fused_swin_block_at_the_training_size_and_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """64x64 (the stored masks' size) and the pool path, several windows per job."""
     needs_c()
