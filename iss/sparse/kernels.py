@@ -334,6 +334,8 @@ def swin_windows(
     count = (h // ws) * (w // ws)
     if h % ws or w % ws or tokens.shape != (h * w, c) or out.shape != tokens.shape:
         raise ValueError(f"swin_windows: tokens {tuple(tokens.shape)} do not fit {size} x {c} channels")
+    if tokens.numel() >= 2**31:  # the kernel indexes tokens with int32 offsets
+        raise ValueError(f"swin_windows: {tokens.numel()} values in one image, the kernel takes < 2**31")
     if not all(t.dtype == torch.float32 and t.is_contiguous() for t in (out, tokens, buffer)):
         raise ValueError("swin_windows needs contiguous float32 tensors")
     if out.data_ptr() == tokens.data_ptr() or buffer.numel() < block.buffer_size():

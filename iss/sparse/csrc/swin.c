@@ -190,6 +190,45 @@ static void linear(float *out, const float *in, int64_t cout, int64_t n, const c
     }
 }
 
+/* Transposes a LANES x LANES block in registers: log2(LANES) rounds that interleave rows k and
+ * k + LANES / 2 into rows 2k and 2k + 1 (a perfect shuffle, which repeated log2(LANES) times transposes). */
+static inline void transpose(vec *r)
+{
+    for (int round = 1; round < LANES; round *= 2) {
+        vec t[LANES];
+        for (int k = 0; k < LANES / 2; k++) {
+            t[2 * k] = __builtin_shufflevector(r[k], r[k + LANES / 2], ZIP_LO);
+            t[2 * k + 1] = __builtin_shufflevector(r[k], r[k + LANES / 2], ZIP_HI);
+        }
+        memcpy(r, t, sizeof t);
+    }
+}
+
+/* The window's tokens, rows of c channels starting at in + at[i] (i < n), into channel-major x[ch][i], a
+ * LANES x LANES block at a time (transposed in registers; scalar strided stores cost 2x the block). */
+static void gather_window(float *x, const float *in, const int32_t *at, int64_t c, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += LANES)
+        for (int64_t ch = 0; ch < c; ch += LANES) {
+            const int64_t count = c - ch < LANES ? c - ch : LANES;
+            vec r[LANES] = {{0}};
+            if (count == LANES)
+                for (int k = 0; k < LANES; k++) r[k] = load(in + at[i + k] + ch);
+            else
+                for (int k = 0; k < LANES; k++) memcpy(&r[k], in + at[i + k] + ch, count * sizeof(float));
+            transpose(r);
+            for (int64_t j = 0; j < count; j++) store(x + (ch + j) * n + i, r[j]);
+        }
+}
+
+/* The inverse: channel-major x[ch][i] back into the token rows at out + at[i] (plain loops: measured faster
+ * here than the transposes). */
+static void scatter_window(float *out, const float *x, const int32_t *at, int64_t c, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t ch = 0; ch < c; ch++) out[at[i] + ch] = x[ch * n + i];
+}
+
 /* The next window to run: w + 1, or with `next` the one claimed from the counter that the threads splitting
  * the windows share (one at a time, so a thread slowed by another process simply runs fewer of them). */
 static inline int64_t next_window(int64_t *next, int64_t w)
@@ -206,16 +245,19 @@ void iss_swin_windows(float *out, const float *in, const swin_block *b, int64_t 
     const int64_t c = b->c, n = b->ws * b->ws, d = c / b->heads, across = b->w / b->ws;
     float *x = buf, *t = x + c * n, *qkv = t + c * n, *o = qkv + 3 * c * n, *hid = o + c * n;
     vec *scores = (vec *)(hid + b->hidden * n); /* n vectors; memcpy-based loads keep this alignment-free */
-    int64_t token[n];
+    int32_t at[n]; /* where each token's row starts in `in` and `out` (swin_windows checks h*w*c < 2^31) */
     for (int64_t wi = next ? next_window(next, 0) : w0; wi < w1; wi = next_window(next, wi)) {
         const int64_t wy = wi / across * b->ws, wx = wi % across * b->ws;
         const int64_t kind = 2 * (wy + b->ws == b->h) + (wx + b->ws == b->w);
         const float *mask = b->mask && kind ? b->mask + kind * n * n : NULL;
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t y = (wy + i / b->ws + b->shift) % b->h, xx = (wx + i % b->ws + b->shift) % b->w;
-            token[i] = y * b->w + xx;
-            for (int64_t ch = 0; ch < c; ch++) x[ch * n + i] = in[token[i] * c + ch];
+        for (int64_t r = 0, i = 0; r < b->ws; r++) { /* the cyclic shift wraps at most once: no divisions */
+            const int64_t y = wy + r + b->shift < b->h ? wy + r + b->shift : wy + r + b->shift - b->h;
+            for (int64_t col = 0; col < b->ws; col++, i++) {
+                const int64_t xx = wx + col + b->shift;
+                at[i] = (int32_t)((y * b->w + (xx < b->w ? xx : xx - b->w)) * c);
+            }
         }
+        gather_window(x, in, at, c, n);
         layer_norm(t, x, c, n, b->norm1_w, b->norm1_b, b->eps1);
         linear(qkv, t, 3 * c, n, &b->qkv, NULL);
         for (int64_t hh = 0; hh < b->heads; hh++) {
@@ -228,7 +270,6 @@ void iss_swin_windows(float *out, const float *in, const swin_block *b, int64_t 
         linear(hid, t, b->hidden, n, &b->fc1, NULL);
         for (int64_t k = 0; k < b->hidden * n; k += LANES) store(hid + k, gelu(load(hid + k)));
         linear(x, hid, c, n, &b->fc2, x);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t ch = 0; ch < c; ch++) out[token[i] * c + ch] = x[ch * n + i];
+        scatter_window(out, x, at, c, n);
     }
 }
