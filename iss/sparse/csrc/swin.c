@@ -23,22 +23,30 @@ typedef struct {
                         * the last row (2), both (3); the cyclic shift mixes regions in no other window */
 } swin_block;
 
-/* exp(x) for x <= 0, Cephes' single-precision polynomial (relative error ~1e-7). */
+/* exp(x) for x <= 0: n = round(x / ln 2), r = x - n ln 2 in two parts (Cephes' reduction and polynomial,
+ * relative error ~1e-7), exp(r) = 1 + r (1 + r P(r)) by Horner, times 2^n (AVX-512's scalef, else through
+ * the exponent bits). */
 static inline vec vexp(vec x)
 {
     x = vmax(x, splat(-87.3365447504f)); /* below: 0 (the smallest normal float), not a wrapped exponent */
-    vec fx = x * 1.44269504088896341f;
-    fx = (fx + 12582912.0f) - 12582912.0f; /* round to nearest */
-    x = x - fx * 0.693359375f + fx * 2.12194440e-4f;
-    vec y = splat(1.9875691500e-4f);
-    y = y * x + 1.3981999507e-3f;
-    y = y * x + 8.3334519073e-3f;
-    y = y * x + 4.1665795894e-2f;
-    y = y * x + 1.6666665459e-1f;
-    y = y * x + 5.0000001201e-1f;
-    y = y * (x * x) + x + 1.0f;
-    const ivec n = __builtin_convertvector(fx, ivec);
-    return y * (vec)((n + 127) << 23);
+#if LANES == 16
+    const vec n = (vec)_mm512_roundscale_ps((__m512)(x * 1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT);
+#else
+    const vec n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+#endif
+    const vec r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vec p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = r * (r * p + 1.0f) + 1.0f;
+#if LANES == 16
+    return (vec)_mm512_scalef_ps((__m512)p, (__m512)n);
+#else
+    return p * (vec)((__builtin_convertvector(n, ivec) + 127) << 23);
+#endif
 }
 
 /* Exact (erf) GELU, x * (1 + erf(x / sqrt 2)) / 2, with Abramowitz & Stegun 7.1.26 for erf (abs. error
@@ -85,7 +93,7 @@ static inline __attribute__((always_inline)) void scores_block(vec *scores, cons
                                                                const float *bias, const float *mask,
                                                                const int count)
 {
-    vec acc[8];
+    vec acc[12];
     for (int r = 0; r < count; r++) {
         acc[r] = load(bias + (j + r) * n + i);
         if (mask) acc[r] += load(mask + (j + r) * n + i);
@@ -102,22 +110,27 @@ static inline __attribute__((always_inline)) void values_block(float *out, const
                                                                int64_t n, int64_t i, int64_t e, vec inv,
                                                                const int count)
 {
-    vec acc[8] = {{0}};
+    vec acc[12] = {{0}};
     for (int64_t j = 0; j < n; j++)
         for (int r = 0; r < count; r++) acc[r] += v[(e + r) * n + j] * p[j];
     for (int r = 0; r < count; r++) store(out + (e + r) * n + i, acc[r] * inv);
 }
 
-#define BY_COUNT(call, left) /* call(count) with count = min(left, 8), a constant in each branch */ \
-    switch ((left) < 8 ? (left) : 8) {                                                          \
-    case 1: call(1); break;                                                                     \
-    case 2: call(2); break;                                                                     \
-    case 3: call(3); break;                                                                     \
-    case 4: call(4); break;                                                                     \
-    case 5: call(5); break;                                                                     \
-    case 6: call(6); break;                                                                     \
-    case 7: call(7); break;                                                                     \
-    default: call(8); break;                                                                    \
+/* call(count) with count = min(left, most) (most <= 12), a constant in each branch */
+#define BY_COUNT(call, left, most)                  \
+    switch ((left) < (most) ? (left) : (most)) {    \
+    case 1: call(1); break;                         \
+    case 2: call(2); break;                         \
+    case 3: call(3); break;                         \
+    case 4: call(4); break;                         \
+    case 5: call(5); break;                         \
+    case 6: call(6); break;                         \
+    case 7: call(7); break;                         \
+    case 8: call(8); break;                         \
+    case 9: call(9); break;                         \
+    case 10: call(10); break;                       \
+    case 11: call(11); break;                       \
+    default: call(12); break;                       \
     }
 
 /* softmax(q k^T + bias) v for one head of one window: q, k, v are [d][n] channel-major rows, bias
@@ -130,7 +143,7 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
         for (int64_t j = 0; j < n;) {
             const int64_t left = n - j;
 #define SCORES(count) (scores_block(scores, q, k, d, n, i, j, bias, mask, count), j += count)
-            BY_COUNT(SCORES, left)
+            BY_COUNT(SCORES, left, 8)
 #undef SCORES
         }
         vec top = scores[0];
@@ -143,10 +156,11 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
         const vec inv = 1.0f / sum;
         for (int64_t e = 0; e < d;) {
             const int64_t left = d - e;
-            /* 10 = 5 + 5 rather than 8 + 1 + 1: single sums are latency-bound */
-            const int64_t even = left > 8 && left < 16 ? (left + 1) / 2 : left;
+            /* all of a head's channels in one pass over the probabilities up to 12; 14 = 7 + 7 rather
+             * than 12 + 2: few sums are latency-bound */
+            const int64_t even = left > 12 && left < 24 ? (left + 1) / 2 : left;
 #define VALUES(count) (values_block(out, v, scores, n, i, e, inv, count), e += count)
-            BY_COUNT(VALUES, even)
+            BY_COUNT(VALUES, even, 12)
 #undef VALUES
         }
     }
