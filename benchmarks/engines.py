@@ -12,15 +12,16 @@ For each arch, pruning ratio and thread count, the same masked model (random per
   ``onnx``/``numpy``, so it runs in its own interpreter (``--deepsparse-python``, a virtual environment with
   ``pip install deepsparse==1.8.0``), driven by ``deepsparse_worker.py``.
 
-The engines of one case run in a fresh random order each repetition (interleaved, so load from other users
-of the machine hits all alike); medians are reported. Every engine's output is checked against PyTorch's
-(max abs error; a wrong output is reported, not timed as a win). Engines that are not installed, or that fail
-to compile a model, are listed as such. Peak memory of PyTorch dense and ``iss`` comes from
-``sparse_inference.py``'s fresh-process probes. Baseline engines: ``pip install -e ".[bench]"``.
+The engines of one case run in a fresh random order each repetition (interleaved, so load from other users of
+the machine hits all alike), each after a 0.1 s pause (so threads the engine before left spinning are asleep:
+every engine at its default settings, as alone in a process); medians are reported. Every engine's output is
+checked against PyTorch's (max abs error; a wrong output is reported, not timed as a win). Engines that are
+not installed, or that fail to compile a model, are listed as such. Peak memory of PyTorch dense and ``iss``
+comes from ``sparse_inference.py``'s fresh-process probes. Baseline engines: ``pip install -e ".[bench]"``.
 
 Full run (the README's table)::
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/engines.py --deepsparse-python /path/to/venv/bin/python
+    python benchmarks/engines.py --deepsparse-python /path/to/venv/bin/python
 
 ``--quick`` runs reduced models (EDSR-L with 4 blocks of 64 channels, SwinIR-light with 2 groups of 2
 blocks) on a 32x32 input, one ratio and one thread, with the engines that are installed: well under a minute.
@@ -58,6 +59,10 @@ QUICK_ARCHS = {
     "swinir-light": dict(depths=(2, 2), num_heads=(6, 6)),
 }
 WORKER = Path(__file__).with_name("deepsparse_worker.py")
+# Idle pause before each timed run: threads the engine before left spin-waiting for more work (libgomp's and
+# ONNX Runtime's defaults) go to sleep instead of competing with the next engine, as in a user's process that
+# runs only one of them.
+SETTLE_S = 0.1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -297,6 +302,7 @@ def bench_case(args: argparse.Namespace, arch: str, ratio: float, threads: int, 
             rng.shuffle(order)
             for name in order:
                 engine = engines[name]
+                time.sleep(SETTLE_S)
                 start = time.perf_counter()
                 engine.run()
                 wall = time.perf_counter() - start

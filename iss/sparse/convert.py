@@ -15,7 +15,6 @@ from . import kernels
 from .fused import FusedSwinBlock, SparseResidualBlock
 from .fused import fuse as fuse_blocks
 from .layers import (
-    ForwardThreads,
     SparseConv2d,
     SparseLinear,
     _Plan,
@@ -23,6 +22,7 @@ from .layers import (
     is_convertible,
     zero_fraction,
 )
+from .threads import ForwardThreads
 
 MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
 
@@ -65,7 +65,7 @@ def sparsify(
     The result is for CPU inference (``torch.inference_mode()``); its first forward is slower since it times
     each distinct layer once. ``layer_modes(result)`` says what each layer chose. Its second and third
     calls also time whether torch's own ops (all but the kernels) should run on one thread during its forward
-    (:class:`iss.sparse.layers.ForwardThreads`; ``torch.set_num_threads`` is process-wide).
+    (:class:`iss.sparse.threads.ForwardThreads`; ``torch.set_num_threads`` is process-wide).
     """
     if not min_speedup >= 0:
         raise ValueError(f"min_speedup must be >= 0, got {min_speedup}")

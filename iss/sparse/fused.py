@@ -26,7 +26,8 @@ from iss.archs.edsr import ResidualBlock
 from iss.archs.swinir import SwinTransformerBlock
 
 from . import kernels
-from .layers import SparseConv2d, SparseLinear, _Plan, _run_chunks, pool_threads
+from .layers import SparseConv2d, SparseLinear, _Plan
+from .threads import pool_threads, run_chunks
 
 __all__ = ["FusedSwinBlock", "SparseConvShuffle", "SparseResidualBlock", "fuse"]
 
@@ -107,7 +108,7 @@ class FusedSwinBlock(nn.Module):
         n = weights.window_size**2
         nnz = sum(csr.values.numel() for csr, _ in weights.linears)
         work = x.shape[0] * h * w * (nnz + 2 * n * weights.channels)  # multiply-adds: Linears, attention
-        _run_chunks(job, range(pool_threads()), work, lambda: [x.new_empty(weights.buffer_size())])
+        run_chunks(job, range(pool_threads()), work, lambda: [x.new_empty(weights.buffer_size())])
         return out
 
     def extra_repr(self) -> str:

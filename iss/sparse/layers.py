@@ -18,20 +18,16 @@ converted layer decides on its first call: it times its dense and sparse kernels
 input and keeps the faster one (layers with the same shape, density, input size and thread count share one
 measurement). The representation not chosen is dropped. Inference only, CPU only. With several threads the
 tiles are spread over a small pool of Python threads (the kernels release the GIL): this avoids an OpenMP
-barrier per call, which stalls badly on a shared CPU (and :class:`ForwardThreads` keeps torch's own
-OpenMP threads from spinning on those cores).
+barrier per call, which stalls badly on a shared CPU (:mod:`.threads`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -39,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
+from .threads import pool_threads, run_chunks, torch_threads
 
 __all__ = ["Epilogue", "SparseConv2d", "SparseLinear", "zero_fraction"]
 
@@ -49,14 +46,9 @@ MIN_ROWS = 4  # C kernel: rows per tile at least, so the 2p halo rows copied sta
 TILE_COLS = 128  # C kernel: tile width (a multiple of its 8 x 16-float register block)
 LINEAR_BUFFER_BYTES = 512 << 10  # C kernel: one chunk of tokens, in and out, transposed (in L2)
 LANES = 16  # the C kernel's vector width, in floats
-PARALLEL_MIN_WORK = 4e6  # below ~0.4 ms of one-thread work the pool's hand-offs (~0.1-0.2 ms) cost more
 # C kernel: non-zeros per output row in one group of input channels (see _offset_csr), by its vector width
 GROUP_NONZEROS = {16: 48, 8: 24, 4: 24}
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
-_POOL: dict[int, ThreadPoolExecutor] = {}  # thread count -> pool
-_FORWARD_LOCK = threading.Lock()
-_forward_depth = 0  # forwards running now with torch on one thread (ForwardThreads)
-_forward_threads: int | None = None  # while any runs: the thread count torch had when the first began
 
 
 def zero_fraction(weight: Tensor) -> float:
@@ -73,77 +65,6 @@ def _to_csr(matrix: Tensor) -> Tensor:
         csr = matrix.detach().contiguous().to_sparse_csr()
         rows, cols = csr.crow_indices().to(torch.int32), csr.col_indices().to(torch.int32)
         return torch.sparse_csr_tensor(rows, cols, csr.values(), csr.shape)
-
-
-SETUP_CALLS = 3  # calls a sparsified model spends choosing: its kernels on the first, ForwardThreads's mode
-
-
-class ForwardThreads:
-    """Forward hooks of a :func:`iss.sparsify`-ed model that choose, by timing, where torch's own ops run.
-
-    Between the sparse kernels a model still runs torch ops (LayerNorm, adds, attention outside fused
-    blocks). On several threads each one wakes OpenMP workers that then spin for more work (libgomp's
-    default, ``OMP_WAIT_POLICY`` unset), holding the cores this module's pool needs for milliseconds:
-    SwinIR-light at 64x64 ran no faster on 2 threads than on 1. Running torch's ops on one thread while the
-    kernels keep the caller's thread count (:func:`pool_threads`) avoids that, but slows models whose own
-    torch ops weigh (CAT-R's attention). So the second call runs as usual, the third with torch on one
-    thread, and the faster per input element is kept (``mode``: "undecided", "all" or "one").
-    """
-
-    def __init__(self) -> None:
-        self.mode = "undecided"
-        self._calls = 0
-        self._seconds: dict[bool, float] = {}  # one thread? -> seconds per input element
-        self._running: list[tuple[float, bool, int]] = []  # (start, one thread?, input elements)
-
-    def enter(self, module: nn.Module, args: tuple) -> None:
-        self._calls += 1
-        one = self.mode == "one" or (self.mode == "undecided" and self._calls == 3)
-        if one:
-            _torch_on_one_thread(True)
-        size = next((a.numel() for a in args if isinstance(a, Tensor)), 1)
-        self._running.append((time.perf_counter(), one, max(size, 1)))
-
-    def exit(self, module: nn.Module, args: tuple, output: object) -> None:
-        start, one, size = self._running.pop()
-        if one:
-            _torch_on_one_thread(False)
-        if self.mode == "undecided" and self._calls in (2, 3) and output is not None:
-            self._seconds[one] = (time.perf_counter() - start) / size
-            if len(self._seconds) == 2:
-                self.mode = "one" if self._seconds[True] < self._seconds[False] else "all"
-
-
-def _torch_on_one_thread(enter: bool) -> None:
-    """Enter (or leave) a forward whose torch ops run on one thread; the first to enter saves torch's thread
-    count for :func:`pool_threads`, the last to leave restores it."""
-    global _forward_depth, _forward_threads
-    with _FORWARD_LOCK:
-        if enter and _forward_depth == 0:
-            _forward_threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-        _forward_depth += 1 if enter else -1
-        if not enter and _forward_depth == 0:
-            torch.set_num_threads(_forward_threads)
-            _forward_threads = None
-
-
-def pool_threads() -> int:
-    """Threads for the sparse kernels: torch's count, or while a forward runs torch's ops on one thread
-    (:class:`ForwardThreads`), the count torch had before."""
-    return _forward_threads or torch.get_num_threads()
-
-
-@contextmanager
-def _num_threads(threads: int | None) -> Iterator[None]:
-    """Temporarily run torch with ``threads`` intra-op threads (None: leave as is)."""
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _time_pair(
@@ -168,48 +89,6 @@ def _time_pair(
 def _fill_bias(acc: Tensor, bias: Tensor | None) -> Tensor:
     """Initialise the accumulator ``acc`` [out, cols] with the bias column (or zeros)."""
     return acc.zero_() if bias is None else acc.copy_(bias.expand_as(acc))
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """Process-wide pool of ``threads`` Python threads whose torch kernels run single-threaded."""
-    if threads not in _POOL:
-        _POOL[threads] = ThreadPoolExecutor(threads, "iss-sparse", torch.set_num_threads, (1,))
-    return _POOL[threads]
-
-
-def _run_chunks(
-    fn: Callable[[object, list[Tensor]], None],
-    jobs: Sequence[object],
-    work: float,
-    scratch: Callable[[], list[Tensor]],
-) -> None:
-    """Run ``fn(job, buffers)`` on every job, on this thread for small ``work`` (multiply-adds and such),
-    else spread over :func:`pool_threads` threads.
-
-    The calling thread and ``threads - 1`` pool threads each take the next job when done with one (the C
-    and torch kernels release the GIL), so a core taken by another process delays one job rather than every
-    call, and no call waits for a pool thread to wake that it could have run itself. The per-thread
-    ``scratch()`` buffers are allocated here, on the calling thread: allocations inside the pool threads
-    would land in per-thread malloc arenas that keep their memory.
-    """
-    threads = min(pool_threads(), len(jobs))
-    if threads <= 1 or work < PARALLEL_MIN_WORK:
-        threads = 1
-    todo = iter(jobs)  # shared: next() on it is atomic under the GIL
-    inference = torch.is_inference_mode_enabled()
-
-    def run(buffers: list[Tensor]) -> None:
-        with torch.inference_mode(inference), torch.no_grad():  # both modes are thread-local
-            for job in todo:
-                fn(job, buffers)
-
-    with _num_threads(1):  # MKL's thread count may be process-wide: keep each thread's calls sequential
-        helpers = [_pool(threads - 1).submit(run, scratch()) for _ in range(threads - 1)]
-        try:
-            run(scratch())
-        finally:
-            for helper in helpers:
-                helper.result()
 
 
 @dataclass(frozen=True)
@@ -255,7 +134,7 @@ class _Plan:
             elif math.isinf(self.min_speedup):
                 self.decisions[key] = False
             else:
-                with _num_threads(self.threads), torch.no_grad():
+                with torch_threads(self.threads), torch.no_grad():
                     t_dense, t_sparse = _time_pair(dense, sparse, self.budget_s)
                 self.decisions[key] = t_dense >= self.min_speedup * t_sparse
         return self.decisions[key]
@@ -475,7 +354,7 @@ class SparseConv2d(_SparseBase):
         starts = [(i, r0, c0) for i in range(n) for r0 in range(0, h, job_rows) for c0 in range(0, w, cols)]
         work = n * h * w * (self.csr.values().numel() + cin + self.out_channels)  # FMAs, copying, writing
         size = cin * plane + (epilogue.shuffle * rows * cols if epilogue.shuffle > 1 else 0)  # floats
-        _run_chunks(job, starts, work, lambda: [x.new_empty(size)])
+        run_chunks(job, starts, work, lambda: [x.new_empty(size)])
 
     def _mkl_forward(self, x: Tensor, out: Tensor, bias: Tensor | None) -> None:
         """k*k MKL CSR products per chunk of rows, on shifted flat slices of a padded copy of its input."""
@@ -512,7 +391,7 @@ class SparseConv2d(_SparseBase):
             out[i, :, r0:r1] = acc.view(self.out_channels, r1 - r0, wp)[..., :w]
 
         fmas = n * h * w * self.csr.values().numel()
-        _run_chunks(chunk, [(i, r0) for i in range(n) for r0 in range(0, h, rows)], fmas, scratch)
+        run_chunks(chunk, [(i, r0) for i in range(n) for r0 in range(0, h, rows)], fmas, scratch)
 
     def _pad_rows(self, image: Tensor, r0: int, r1: int, padded: Tensor, gathered: Tensor) -> Tensor:
         """Copy the input rows that output rows [r0, r1) read into ``padded`` [in, rows + 2p + 1, w + 2p],
@@ -585,7 +464,7 @@ class SparseLinear(_SparseBase):
             kernels.linear_tokens(out, tokens, weights, bias, span=tokens_range, buffer=buffers[0], ld=ld)
 
         work = total * (self.csr.values().numel() + width)  # multiply-adds, plus the transposes
-        _run_chunks(job, range(0, total, span), work, lambda: [x.new_empty(width * ld)])
+        run_chunks(job, range(0, total, span), work, lambda: [x.new_empty(width * ld)])
         return out.view(*x.shape[:-1], self.out_features)
 
     def _mkl_forward(self, x: Tensor, bias: Tensor | None) -> Tensor:
@@ -619,7 +498,7 @@ class SparseLinear(_SparseBase):
                 self.csr, channel_major
             )
 
-        _run_chunks(chunk, range(0, total, step), total * self.csr.values().numel(), scratch)
+        run_chunks(chunk, range(0, total, step), total * self.csr.values().numel(), scratch)
         return out.t().view(*x.shape[:-1], self.out_features)
 
 

@@ -12,7 +12,7 @@ from common import masked
 from torch import nn
 
 from iss import archs
-from iss.sparse import SparseConv2d, kernels, layer_modes, layers, sparse_path, sparsify
+from iss.sparse import SparseConv2d, kernels, layer_modes, layers, sparse_path, sparsify, threads
 from iss.sparse.fused import FusedSwinBlock, SparseConvShuffle, SparseResidualBlock
 
 SWIN = dict(embed_dim=12, depths=(2, 2), num_heads=(2, 3))  # window 8: shifted and unshifted blocks
@@ -55,12 +55,12 @@ def test_fused_swin_blocks_of_other_windows_equal_dense(window: int) -> None:
 def test_fused_swin_block_at_the_training_size_and_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """64x64 (the stored masks' size) and the pool path, several windows per job."""
     needs_c()
-    monkeypatch.setattr(layers, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(threads, "PARALLEL_MIN_WORK", 0)
     torch.manual_seed(1)
     model = masked(archs.build("swinir-light", 2, **SWIN), 0.9)
     fast = sparsify(model, exact=True, min_speedup=0.0)
     x = torch.rand(1, 3, 64, 64)
-    with layers._num_threads(2), torch.inference_mode():
+    with threads.torch_threads(2), torch.inference_mode():
         torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
 
 

@@ -12,7 +12,7 @@ from common import TINY_ARCHS, masked
 from torch import nn
 
 from iss import archs, sparse
-from iss.sparse import SparseConv2d, SparseLinear, kernels, layer_modes, layers, sparsify
+from iss.sparse import SparseConv2d, SparseLinear, kernels, layer_modes, layers, sparsify, threads
 
 RATIOS = (0.9, 0.95, 0.99)
 
@@ -81,24 +81,24 @@ def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernel_pat
     monkeypatch.setattr(layers, "ACC_BYTES", 64)  # one row per chunk
     monkeypatch.setattr(layers, "MIN_ROWS", 1)
     monkeypatch.setattr(layers, "NATIVE_IN_BYTES", 64)
-    monkeypatch.setattr(layers, "PARALLEL_MIN_WORK", 0)  # use the pool even for tiny work
+    monkeypatch.setattr(threads, "PARALLEL_MIN_WORK", 0)  # use the pool even for tiny work
     ran_on = set()
-    chunk_runner = layers._run_chunks
+    chunk_runner = threads.run_chunks
 
     def spy(fn, jobs, work, scratch):  # record the threads the chunks ran on
         chunk_runner(lambda job, buf: ran_on.add(threading.get_ident()) or fn(job, buf), jobs, work, scratch)
 
-    monkeypatch.setattr(layers, "_run_chunks", spy)
+    monkeypatch.setattr(layers, "run_chunks", spy)
     net = masked(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(2), nn.Linear(30, 16)), 0.9)
     fast = sparsify(net, exact=True, min_speedup=0.0)
     x = torch.randn(3, 4, 5, 6)
-    with layers._num_threads(2), torch.inference_mode():
+    with threads.torch_threads(2), torch.inference_mode():
         torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
     assert ran_on
 
 
 def test_chunks_run_on_the_calling_thread_and_the_pool_each_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(layers, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(threads, "PARALLEL_MIN_WORK", 0)
     meet = threading.Barrier(2, timeout=10)  # each thread's first job waits for the other's: both run some
     ran: dict[int, int] = {}
 
@@ -108,8 +108,8 @@ def test_chunks_run_on_the_calling_thread_and_the_pool_each_once(monkeypatch: py
         assert index not in ran
         ran[index] = threading.get_ident()
 
-    with layers._num_threads(2):
-        layers._run_chunks(job, range(20), 1.0, list)
+    with threads.torch_threads(2):
+        threads.run_chunks(job, range(20), 1.0, list)
     assert sorted(ran) == list(range(20))
     assert len(set(ran.values())) == 2 and threading.get_ident() in ran.values()
 
@@ -122,7 +122,7 @@ class _Stall(nn.Module):
         self.threads, self.seconds, self.seen = threads, seconds, []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen.append((torch.get_num_threads(), layers.pool_threads()))
+        self.seen.append((torch.get_num_threads(), threads.pool_threads()))
         if torch.get_num_threads() == self.threads:
             time.sleep(self.seconds)
         return x
@@ -135,7 +135,7 @@ def test_torch_ops_run_on_one_thread_when_that_is_faster(slow_threads: int, mode
     fast = sparsify(masked(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _Stall(slow_threads)), 0.9))
     stall = fast[1]  # sparsify's copy
     (choice,) = [hook.__self__ for hook in fast._forward_pre_hooks.values()]
-    with layers._num_threads(2), torch.inference_mode():
+    with threads.torch_threads(2), torch.inference_mode():
         for _ in range(sparse.SETUP_CALLS + 1):
             fast(torch.rand(1, 3, 6, 6))
             assert torch.get_num_threads() == 2
@@ -147,12 +147,12 @@ def test_torch_ops_run_on_one_thread_when_that_is_faster(slow_threads: int, mode
 def test_a_failing_forward_restores_torch_threads() -> None:
     fast = sparsify(nn.Sequential(masked(nn.Conv2d(3, 8, 3, padding=1), 0.9)), min_speedup=0.0)
     (choice,) = [hook.__self__ for hook in fast._forward_pre_hooks.values()]
-    with layers._num_threads(2), torch.inference_mode():
+    with threads.torch_threads(2), torch.inference_mode():
         fast(torch.rand(1, 3, 6, 6))
         fast(torch.rand(1, 3, 6, 6))
         with pytest.raises(ValueError):
             fast(torch.rand(1, 5, 6, 6))  # the third call, torch on one thread: wrong channel count
-        assert torch.get_num_threads() == 2 and layers.pool_threads() == 2
+        assert torch.get_num_threads() == 2 and threads.pool_threads() == 2
     assert choice.mode == "undecided"  # a failed call decides nothing
 
 
