@@ -97,65 +97,6 @@ def test_parallel_chunks_match_dense(monkeypatch: pytest.MonkeyPatch, kernel_pat
     assert ran_on
 
 
-def test_chunks_run_on_the_calling_thread_and_the_pool_each_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(threads, "PARALLEL_MIN_WORK", 0)
-    meet = threading.Barrier(2, timeout=10)  # each thread's first job waits for the other's: both run some
-    ran: dict[int, int] = {}
-
-    def job(index: int, buffers: list) -> None:
-        if threading.get_ident() not in ran.values():
-            meet.wait()
-        assert index not in ran
-        ran[index] = threading.get_ident()
-
-    with threads.torch_threads(2):
-        threads.run_chunks(job, range(20), 1.0, list)
-    assert sorted(ran) == list(range(20))
-    assert len(set(ran.values())) == 2 and threading.get_ident() in ran.values()
-
-
-class _Stall(nn.Module):
-    """Sleeps ``seconds`` on calls where torch runs on ``threads`` threads; records what each call saw."""
-
-    def __init__(self, threads: int, seconds: float = 0.05) -> None:
-        super().__init__()
-        self.threads, self.seconds, self.seen = threads, seconds, []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen.append((torch.get_num_threads(), threads.pool_threads()))
-        if torch.get_num_threads() == self.threads:
-            time.sleep(self.seconds)
-        return x
-
-
-@pytest.mark.parametrize(("slow_threads", "mode"), [(1, "all"), (2, "one")])
-def test_torch_ops_run_on_one_thread_when_that_is_faster(slow_threads: int, mode: str) -> None:
-    """Calls 2 and 3 time torch's ops on all threads, then on one (the kernels keep 2); the faster stays,
-    and torch's thread count is back after every call."""
-    fast = sparsify(masked(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _Stall(slow_threads)), 0.9))
-    stall = fast[1]  # sparsify's copy
-    (choice,) = [hook.__self__ for hook in fast._forward_pre_hooks.values()]
-    with threads.torch_threads(2), torch.inference_mode():
-        for _ in range(sparse.SETUP_CALLS + 1):
-            fast(torch.rand(1, 3, 6, 6))
-            assert torch.get_num_threads() == 2
-    assert choice.mode == mode
-    assert stall.seen[:3] == [(2, 2), (2, 2), (1, 2)]
-    assert stall.seen[3] == ((1, 2) if mode == "one" else (2, 2))
-
-
-def test_a_failing_forward_restores_torch_threads() -> None:
-    fast = sparsify(nn.Sequential(masked(nn.Conv2d(3, 8, 3, padding=1), 0.9)), min_speedup=0.0)
-    (choice,) = [hook.__self__ for hook in fast._forward_pre_hooks.values()]
-    with threads.torch_threads(2), torch.inference_mode():
-        fast(torch.rand(1, 3, 6, 6))
-        fast(torch.rand(1, 3, 6, 6))
-        with pytest.raises(ValueError):
-            fast(torch.rand(1, 5, 6, 6))  # the third call, torch on one thread: wrong channel count
-        assert torch.get_num_threads() == 2 and threads.pool_threads() == 2
-    assert choice.mode == "undecided"  # a failed call decides nothing
-
-
 @pytest.mark.parametrize("kernel", [3, 5])
 def test_c_kernel_tiles_rows_and_columns(monkeypatch: pytest.MonkeyPatch, kernel: int) -> None:
     """Narrow tiles of a few rows: every border case of the C kernel's padding copy, a narrower last tile,
