@@ -27,7 +27,16 @@ from torch import Tensor
 
 from iss.data import cache_dir
 
-__all__ = ["OffsetCSR", "SwinBlock", "conv_tiles", "lanes", "linear_tokens", "load", "swin_windows"]
+__all__ = [
+    "OffsetCSR",
+    "SwinBlock",
+    "add_tokens",
+    "conv_tiles",
+    "lanes",
+    "linear_tokens",
+    "load",
+    "swin_windows",
+]
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = (CSRC / "spmm.c", CSRC / "swin.c")
@@ -69,7 +78,8 @@ def _build(target: Path, compiler: str) -> None:
 
 @functools.cache
 def load() -> ctypes.CDLL | None:
-    """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``, ``iss_swin_windows``), built on
+    """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``, ``iss_swin_windows``,
+    ``iss_add_tokens``), built on
     first use; None (with a warning) when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
@@ -95,7 +105,9 @@ def load() -> ctypes.CDLL | None:
     lib.iss_conv_tiles.argtypes = conv
     lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
     lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr, ptr]
+    lib.iss_add_tokens.argtypes = [ptr, ptr, ptr, *[i64] * 4]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
+    lib.iss_add_tokens.restype = None
     lib.iss_lanes.restype = lib.iss_half.restype = ctypes.c_int
     return lib
 
@@ -353,6 +365,20 @@ def swin_windows(
         out.data_ptr(), tokens.data_ptr(), ctypes.byref(struct), windows.start, windows.stop,
         buffer.data_ptr(), _ptr(claim),
     )  # fmt: skip
+
+
+def add_tokens(out: Tensor, tokens: Tensor, image: Tensor, *, span: range) -> None:
+    """Rows ``span`` of ``out`` [N, C] = ``tokens`` [N, C] + ``image`` [C, N] transposed (``out`` may be
+    ``tokens``)."""
+    lib = _library()
+    n, c = tokens.shape
+    if not all(t.dtype == torch.float32 and t.is_contiguous() for t in (out, tokens, image)):
+        raise ValueError("add_tokens needs contiguous float32 tensors")
+    if out.shape != (n, c) or image.shape != (c, n):
+        raise ValueError(f"add_tokens: {tuple(image.shape)}, {tuple(out.shape)} do not fit ({n}, {c}) tokens")
+    if span.step != 1 or not 0 <= span.start <= span.stop <= n:
+        raise ValueError(f"add_tokens: span {span} outside 0..{n}")
+    lib.iss_add_tokens(out.data_ptr(), tokens.data_ptr(), image.data_ptr(), c, n, span.start, span.stop)
 
 
 def _ptr(tensor: Tensor | None) -> int:

@@ -13,7 +13,7 @@ from torch import nn
 
 from iss import archs
 from iss.sparse import SparseConv2d, kernels, layer_modes, layers, sparse_path, sparsify, threads
-from iss.sparse.fused import FusedSwinBlock, SparseConvShuffle, SparseResidualBlock
+from iss.sparse.fused import FusedRSTB, FusedSwinBlock, SparseConvShuffle, SparseResidualBlock
 
 SWIN = dict(embed_dim=12, depths=(2, 2), num_heads=(2, 3))  # window 8: shifted and unshifted blocks
 
@@ -36,6 +36,7 @@ def test_fused_swin_blocks_equal_dense(ratio: float, size: tuple[int, int]) -> N
         torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
     blocks = [m for m in fast.modules() if isinstance(m, FusedSwinBlock)]
     assert len(blocks) == 4 and all(b.mode == "fused" and b.block is None for b in blocks)
+    assert sum(isinstance(m, FusedRSTB) for m in fast.modules()) == 2
     assert sparse_path(fast) == "fused C kernels"
 
 
@@ -191,6 +192,25 @@ def test_threads_claiming_windows_run_each_once() -> None:
     with pytest.raises(ValueError, match="claim"):
         kernels.swin_windows(out, tokens, weights, size=size, windows=range(6), buffer=buffers[0],
                              claim=claim.int())  # fmt: skip
+
+
+@pytest.mark.parametrize(("n", "c"), [(37, 20), (64, 60)])
+def test_add_tokens_adds_the_transposed_image(n: int, c: int) -> None:
+    """Blocks of vectors and the scalar tails of both tokens and channels, in place and not, and spans."""
+    needs_c()
+    tokens, image = torch.randn(n, c), torch.randn(c, n)
+    out = torch.full_like(tokens, math.nan)
+    kernels.add_tokens(out, tokens, image, span=range(n))
+    torch.testing.assert_close(out, tokens + image.T, atol=0, rtol=0)
+    part = tokens.clone()
+    kernels.add_tokens(part, part, image, span=range(5, n - 3))  # in place, some rows
+    expected = tokens.clone()
+    expected[5 : n - 3] += image.T[5 : n - 3]
+    torch.testing.assert_close(part, expected, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="do not fit"):
+        kernels.add_tokens(out, tokens, image.T.contiguous() if n != c else image[:-1], span=range(n))
+    with pytest.raises(ValueError, match="outside"):
+        kernels.add_tokens(out, tokens, image, span=range(n + 1))
 
 
 def test_portable_build_gives_the_same_results(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
