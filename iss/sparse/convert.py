@@ -14,14 +14,7 @@ from torch import nn
 from . import kernels
 from .fused import FusedSwinBlock, SparseResidualBlock
 from .fused import fuse as fuse_blocks
-from .layers import (
-    SparseConv2d,
-    SparseLinear,
-    _Plan,
-    _SparseBase,
-    is_convertible,
-    zero_fraction,
-)
+from .layers import SparseConv2d, SparseLinear, _Plan, _SparseBase, is_convertible, zero_fraction
 from .threads import ForwardThreads
 
 MIN_ZEROS = 0.5  # below this the sparse kernels cannot win (break-even ~0.8): such layers are not even timed
