@@ -40,6 +40,22 @@ def test_fused_swin_blocks_equal_dense(ratio: float, size: tuple[int, int]) -> N
     assert sparse_path(fast) == "fused C kernels"
 
 
+def test_a_fused_swin_block_equals_its_layers_within_float_rounding() -> None:
+    """On tokens of unit scale, one block's output (exp, GELU, LayerNorm, attention in C) within 1e-6 of its
+    magnitude: the model-level tests' 1e-4 would hide a sloppy approximation."""
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("swinir-light", 2, **SWIN), 0.9)
+    fast = sparsify(model, exact=True, min_speedup=0.0)
+    names = [name for name, m in fast.named_modules() if isinstance(m, FusedSwinBlock)]
+    tokens = torch.randn(1, 16 * 24, 12) * 3
+    with torch.inference_mode():
+        for name in names:
+            expected = model.get_submodule(name)(tokens, (16, 24))
+            got = fast.get_submodule(name)(tokens, (16, 24))
+            torch.testing.assert_close(got, expected, atol=1e-6 * expected.abs().max().item(), rtol=0)
+
+
 @pytest.mark.parametrize("window", [4, 12])
 def test_fused_swin_blocks_of_other_windows_equal_dense(window: int) -> None:
     """16 and 144 tokens per window: blocks of 4 vectors and single vectors in the kernel's Linears."""
