@@ -323,7 +323,8 @@ void iss_add_tokens(float *out, const float *x, const float *y, int64_t c, int64
             }
         }
         for (; ch < c; ch++)
-            for (int64_t k = 0; k < LANES; k++) out[(t + k) * c + ch] = x[(t + k) * c + ch] + y[ch * n + t + k];
+            for (int64_t k = 0; k < LANES; k++)
+                out[(t + k) * c + ch] = x[(t + k) * c + ch] + y[ch * n + t + k];
     }
     for (; t < t1; t++)
         for (int64_t ch = 0; ch < c; ch++) out[t * c + ch] = x[t * c + ch] + y[ch * n + t];
