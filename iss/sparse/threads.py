@@ -205,7 +205,10 @@ def _pin_caller(state: _Forwards, threads: int) -> None:
     others = sorted(allowed - {cpu})
     if cpu not in allowed or len(others) < threads - 1:
         return
-    os.sched_setaffinity(0, {cpu})
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:  # e.g. a sandbox that forbids it: run unpinned
+        return
     state.allowed, state.cpus = allowed, [cpu, *others[: threads - 1]]
     state.pinned = {threading.get_native_id()}
 
@@ -216,5 +219,6 @@ def _pin_helper(k: int) -> None:
     with state.lock:
         if state.allowed is None or k + 1 >= len(state.cpus):
             return
-        os.sched_setaffinity(0, {state.cpus[k + 1]})
-        state.pinned.add(threading.get_native_id())
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, {state.cpus[k + 1]})
+            state.pinned.add(threading.get_native_id())

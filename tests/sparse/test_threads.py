@@ -101,3 +101,16 @@ def test_a_forward_keeps_its_threads_on_cpus_of_their_own(monkeypatch: pytest.Mo
     cpus = {tid: cpus for tid, cpus in seen}
     assert all(len(c) == 1 for c in cpus.values())
     assert len(cpus) == 2 and len(set(cpus.values())) == 2  # two threads, each on a CPU of its own
+
+
+def test_a_forward_runs_where_the_os_forbids_pinning(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(*_: object) -> None:
+        raise PermissionError("sched_setaffinity: operation not permitted")
+
+    monkeypatch.setattr(threads.os, "sched_setaffinity", forbidden, raising=False)
+    monkeypatch.setattr(threads, "PARALLEL_MIN_WORK", 0)
+    net = masked(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1)), 0.9)
+    fast = sparsify(net, exact=True, min_speedup=0.0)
+    x = torch.rand(1, 4, 16, 16)
+    with threads.torch_threads(2), torch.inference_mode():
+        torch.testing.assert_close(fast(x), net(x), atol=1e-5, rtol=0)
