@@ -196,16 +196,24 @@ def test_find_entry_is_driven_by_the_manifest(tiny_zoo: str, tmp_path: Path) -> 
 
 def test_the_tab_opens_at_the_scale_that_gains_most_over_bicubic(tmp_path: Path) -> None:
     entries = json.loads((ROOT / "checkpoints" / "zoo.json").read_text())["entries"]
-    x4 = [e for e in entries if e["arch"] == "swinir-light" and e["scale"] == 4]
+    template = next(e for e in entries if e["arch"] == "swinir-light" and e["scale"] == 4)
+
+    def entry(name: str, scale: int, over_bicubic: float) -> dict:
+        psnr = compare.bicubic_results(scale)["Set5"]["psnr"] + over_bicubic
+        return {**template, "name": name, "scale": scale, "metrics": {"Set5": {"psnr": psnr, "ssim": 0.9}}}
+
     manifest = tmp_path / "zoo.json"
+    x4 = [entry("x4", 4, -0.3)]
     manifest.write_text(json.dumps({"version": 1, "entries": x4}))
-    assert compare.default_scale("swinir-light", str(manifest)) == 4  # every x4 entry is below bicubic
-    bicubic = compare.bicubic_results(2)["Set5"]["psnr"]
-    x2 = {**x4[0], "name": "x2", "scale": 2, "metrics": {"Set5": {"psnr": bicubic + 0.5, "ssim": 0.9}}}
+    assert compare.default_scale("swinir-light", str(manifest)) == 4  # the only scale, though below bicubic
+    x2 = entry("x2", 2, 0.5)
     manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2]}))
     assert compare.default_scale("swinir-light", str(manifest)) == 2
+    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2, entry("x4b", 4, 1.8)]}))
+    assert compare.default_scale("swinir-light", str(manifest)) == 4  # the larger gain wins
+    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2]}))
     assert compare.default_scale("edsr-l", str(manifest)) == 4  # no entry: x4
-    at_99 = {**x4[0], "name": "x2b", "scale": 2, "ratio": 0.99, "metrics": {"Set5": {"psnr": bicubic - 1}}}
+    at_99 = {**entry("x2b", 2, -1.0), "ratio": 0.99}
     manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2, at_99]}))
     assert compare.ratios("swinir-light", 2, str(manifest)) == [0.95, 0.99]
     assert compare.default_ratio("swinir-light", 2, str(manifest)) == 0.95  # not the highest: the best gain
