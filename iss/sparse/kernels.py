@@ -79,8 +79,7 @@ def _build(target: Path, compiler: str) -> None:
 @functools.cache
 def load() -> ctypes.CDLL | None:
     """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``, ``iss_swin_windows``,
-    ``iss_add_tokens``), built on
-    first use; None (with a warning) when it cannot be built."""
+    ``iss_add_tokens``), built on first use; None (with a warning) when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
     compiler = _compiler()

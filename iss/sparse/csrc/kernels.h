@@ -60,21 +60,4 @@ static inline vec vmax(vec a, vec b) { return (vec)(((ivec)a & (a > b)) | ((ivec
 static inline vec vmin(vec a, vec b) { return (vec)(((ivec)a & (a < b)) | ((ivec)b & ~(a < b))); }
 #endif
 
-/* What is applied to each output after the bias: out = (relu ? max(v, 0) : v) * scale + res[same index]. */
-typedef struct {
-    int relu;
-    float scale;
-    const float *res; /* NULL, or laid out like the output */
-} epilogue;
-
-static const epilogue PLAIN = {0, 1.0f, NULL};
-
-/* Where iss_spmm writes output (co, r, x): see at() in spmm.c. step 1: co * co + r * row + x. */
-typedef struct {
-    int64_t co, row, sub, step;
-} layout;
-
-void iss_spmm(float *out, layout o, const float *in, int64_t in_row, int64_t rows, int64_t width,
-              int64_t cout, const int32_t *rowptr, const int32_t *off, const float *val, const float *bias,
-              int accumulate, epilogue ep);
 #endif

@@ -15,6 +15,20 @@
 
 #include "kernels.h"
 
+/* What is applied to each output after the bias: out = (relu ? max(v, 0) : v) * scale + res[same index]. */
+typedef struct {
+    int relu;
+    float scale;
+    const float *res; /* NULL, or laid out like the output */
+} epilogue;
+
+static const epilogue PLAIN = {0, 1.0f, NULL};
+
+/* Where iss_spmm writes output (co, r, x): see at() below. step 1: co * co + r * row + x. */
+typedef struct {
+    int64_t co, row, sub, step;
+} layout;
+
 int iss_lanes(void) { return LANES; }
 
 int iss_half(void)

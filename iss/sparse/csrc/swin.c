@@ -103,6 +103,8 @@ static void layer_norm(float *dst, const float *src, int64_t c, int64_t n, const
     }
 }
 
+#define BY_COUNT_MOST 12 /* the largest count BY_COUNT (below) passes: the blocks size accumulators by it */
+
 /* Rows [j, j + count) of the transposed scores for queries [i, i + LANES): bias (+ mask) + k q^T. `count`
  * is a constant after inlining, so the accumulators stay in registers and the d-long sums run in parallel. */
 static inline __attribute__((always_inline)) void scores_block(vec *scores, const float *q, const float *k,
@@ -110,7 +112,7 @@ static inline __attribute__((always_inline)) void scores_block(vec *scores, cons
                                                                const float *bias, const float *mask,
                                                                const int count)
 {
-    vec acc[12];
+    vec acc[BY_COUNT_MOST];
     for (int r = 0; r < count; r++) {
         acc[r] = load(bias + (j + r) * n + i);
         if (mask) acc[r] += load(mask + (j + r) * n + i);
@@ -127,13 +129,13 @@ static inline __attribute__((always_inline)) void values_block(float *out, const
                                                                int64_t n, int64_t i, int64_t e, vec inv,
                                                                const int count)
 {
-    vec acc[12] = {{0}};
+    vec acc[BY_COUNT_MOST] = {{0}};
     for (int64_t j = 0; j < n; j++)
         for (int r = 0; r < count; r++) acc[r] += v[(e + r) * n + j] * p[j];
     for (int r = 0; r < count; r++) store(out + (e + r) * n + i, acc[r] * inv);
 }
 
-/* call(count) with count = min(left, most) (most <= 12), a constant in each branch */
+/* call(count) with count = min(left, most) (most <= BY_COUNT_MOST), a constant in each branch */
 #define BY_COUNT(call, left, most)                  \
     switch ((left) < (most) ? (left) : (most)) {    \
     case 1: call(1); break;                         \
