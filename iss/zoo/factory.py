@@ -548,6 +548,7 @@ def add_commands(sub: Any, common: Any) -> None:
     export = sub.add_parser("export", parents=[worked], help="tar the cells' results to bring them back")
     export.add_argument("--out", type=Path, required=True, help="folder for cells-<k>.tar.gz")
     export.add_argument("--max-mib", type=float, default=15, help="largest archive")
+    export.add_argument("--max-files", type=int, default=8, help="most archives (what else $OUT holds comes off)")
 
 
 def run(args: Any) -> int:
@@ -572,7 +573,7 @@ def run(args: Any) -> int:
         pack_data(plan, args.data_dir, args.out, budget_mib=args.budget_mib)
         return 0
     if args.zoo_command == "export":
-        export_cells(args.work, args.out, max_mib=args.max_mib)
+        export_cells(args.work, args.out, max_mib=args.max_mib, max_files=args.max_files)
         return 0
     if args.zoo_command == "train":
         exits = train_plan(

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call of a short GPU lease (issue 31): measure the plan's first group, size its budget to the
+# time left, train its first cells at once, evaluate them on Set5 and bring them back under $OUT.
+#   device run, carry [".gpu"]:  bash benchmarks/gpu_round.sh
+# Environment: ROUND_SECONDS (wall time of the whole script, default 540), JOBS (cells at once, default 4),
+# PLAN (default checkpoints/zoo_plan.json), CONFIG (batch x LR patch, default the plan's 32x64),
+# ARCH (default swinir-light), WORK (default /root/zoo), DATA (default .gpu/data).
+set -u
+start=$SECONDS
+ROUND_SECONDS=${ROUND_SECONDS:-540} JOBS=${JOBS:-4} PLAN=${PLAN:-checkpoints/zoo_plan.json}
+CONFIG=${CONFIG:-32x64} ARCH=${ARCH:-swinir-light} WORK=${WORK:-/root/zoo} DATA=${DATA:-.gpu/data}
+OUT=${OUT:?set OUT to the folder whose files come back}
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ISS_GIT_COMMIT=${ISS_GIT_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null)}
+python=$(command -v python3 || command -v python)
+left() { echo $((ROUND_SECONDS - (SECONDS - start))); }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
+"$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+mkdir -p "$WORK"
+
+# 1. Throughput of the group's configuration, one process and JOBS at once (the budget's input).
+timeout $(( $(left) / 3 )) "$python" benchmarks/train_throughput.py --archs "$ARCH" --configs "$CONFIG" \
+    --modes fast --concurrency "$JOBS" --seconds 15 --steps 20 --warmup 5 --data "$DATA/train/BSD200" \
+    --json "$OUT/train_throughput.json" || exit 1
+
+# 2. Budget: the training minutes left after start-up, evaluation and export (about 100 s with compiling).
+cell_minutes=$("$python" -c "print(max(0.5, ($(left) - 100) / 60))")
+"$python" -m iss zoo budget --plan "$PLAN" --work "$WORK" --throughput "$OUT/train_throughput.json" \
+    --cell-minutes "$cell_minutes" --jobs "$JOBS" || exit 1
+cp "$PLAN" "$OUT/zoo_plan.json"
+
+# 3. Train the first JOBS cells at once, evaluate them, stop cleanly before the call's end.
+minutes=$("$python" -c "print(($(left) - 25) / 60)")
+timeout $(( $(left) - 15 )) "$python" -m iss zoo train --plan "$PLAN" --work "$WORK" --data-dir "$DATA" \
+    --jobs "$JOBS" --minutes "$minutes" 2>&1 | tee "$OUT/train.log"
+
+# 4. Bring back what finished.
+"$python" -m iss zoo status --plan "$PLAN" --work "$WORK"
+"$python" -m iss zoo export --work "$WORK" --out "$OUT" --max-files 5  # beside the three files above
+echo "round took $((SECONDS - start)) s"
