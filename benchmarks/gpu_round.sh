@@ -20,7 +20,7 @@ mkdir -p "$WORK"
 
 # 1. Throughput of the group's configuration, one process and JOBS at once (the budget's input).
 timeout $(( $(left) / 3 )) "$python" benchmarks/train_throughput.py --archs "$ARCH" --configs "$CONFIG" \
-    --modes fast --concurrency "$JOBS" --seconds 15 --steps 20 --warmup 5 --data "$DATA/train/BSD200" \
+    --modes fast --concurrency "$JOBS" --seconds 15 --steps 10 --warmup 5 --data "$DATA/train/BSD200" \
     --json "$OUT/train_throughput.json" || exit 1
 
 # 2. Budget: the training minutes left after start-up, evaluation and export (about 100 s with compiling).
