@@ -191,8 +191,8 @@ def build_live_run(
         )
         arch_kwargs = recorded.get("arch_kwargs", arch_kwargs)
     torch.manual_seed(seed)
-    first = iss.archs.build(config["arch"], config["scale"], **(arch_kwargs or {}))
-    models = {"iss-p": first, "iht": copy.deepcopy(first)}
+    first = iss.archs.build(config["arch"], config["scale"], **(arch_kwargs or {})).to(device).train()
+    models = {"iss-p": first, "iht": copy.deepcopy(first)}  # on the device before the pruners take their masks
     options = {"iss-p": {"alpha": config["alpha"]}, "iht": {}}
     pruners = {
         run: iss.pruning.build(
@@ -207,8 +207,6 @@ def build_live_run(
             f"{', '.join(default_layers(names))}"
         )
     chosen = names if all_layers else list(layers or []) or default_layers(names)
-    for model in models.values():
-        model.to(device).train()
     train_config = iss.train.TrainConfig(lr=lr)
     trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
     start_iteration, restored = 0, False

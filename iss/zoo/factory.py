@@ -455,7 +455,7 @@ def add_to_zoo(
             raise FileNotFoundError(f"{cell.name}: no metrics on {', '.join(missing)}; pass --data-dir")
         entries.append(zoo_entry(record, folder, manifest.parent, DEFAULT_HUB_REPO))
         log(f"{cell.name}: " + ", ".join(f"{s} {m['psnr']:.2f}" for s, m in entries[-1]["metrics"].items()))
-    added = merge_entries(manifest, entries, force=force)
+    added = merge_entries(manifest, entries, force=force, log=log)
     if recordings is not None:
         for folder in add_recordings(plan, work, recordings, names=added):
             log(f"recording {folder}")
@@ -531,7 +531,7 @@ def add_commands(sub: Any, common: Any) -> None:
         help="sets every entry must have metrics on (missing ones are evaluated here)",
     )
     add.add_argument("--cells", help="only these cells (comma-separated names)")
-    add.add_argument("--force", action="store_true", help="let a CPU-trained cell replace a GPU-trained one")
+    add.add_argument("--force", action="store_true", help="replace an entry trained on another kind of device even where it scores higher")
     add.add_argument(
         "--recordings",
         type=Path,

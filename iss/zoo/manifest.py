@@ -153,25 +153,51 @@ def _parse_hub(hub: Any, where: str) -> HubRef | None:
     return HubRef(repo_id=hub["repo_id"], revision=hub["revision"], filename=hub["filename"])
 
 
-def merge_entries(manifest: Path, entries: list[dict[str, Any]], *, force: bool = False) -> list[str]:
-    """Add ``entries`` to ``manifest`` (a file is created if missing), replacing same-named ones; returns
-    their names. A CPU-trained entry does not replace a GPU-trained one unless ``force``."""
+def merge_entries(
+    manifest: Path, entries: list[dict[str, Any]], *, force: bool = False, log: Any = print
+) -> list[str]:
+    """Add ``entries`` to ``manifest`` (a file is created if missing), replacing same-named ones; returns the
+    names merged. An entry trained on another kind of device (CPU or GPU) than the one it would replace does
+    so only where it scores higher on both ``DECIDING_SETS``, since the two budgets differ too much for the
+    newer to be the better; otherwise the old entry stays and ``log`` says why. ``force`` replaces anyway."""
     raw = json.loads(manifest.read_text()) if manifest.is_file() else {"version": 1, "entries": []}
     for i, item in enumerate(entries):
         _parse_entry(item, f"new entry {i}", manifest.parent)
     by_name = {item["name"]: item for item in raw["entries"]}
+    merged = []
     for item in entries:
         old = by_name.get(item["name"])
-        if old is not None and not force and _on_cpu(item) and not _on_cpu(old):
-            raise ValueError(
-                f"{item['name']}: refusing to replace the GPU-trained entry ({old['budget'].get('device')}) "
-                "with a CPU-trained one; pass --force to do it anyway"
+        if old is not None and not force and _on_cpu(item) != _on_cpu(old) and not _scores_higher(item, old):
+            log(
+                f"{item['name']}: kept the entry trained on {old['budget'].get('device')} "
+                f"({_deciding(old)}) over this one ({_deciding(item)}): it must score higher on "
+                f"{' and '.join(DECIDING_SETS)}; pass --force to replace it anyway"
             )  # fmt: skip
+            continue
         by_name[item["name"]] = item
+        merged.append(item["name"])
     raw["entries"] = list(by_name.values())
     _write_manifest(manifest, raw)
     load_zoo(manifest)  # the result must still be a valid manifest
-    return [item["name"] for item in entries]
+    return merged
+
+
+DECIDING_SETS = ("Set5", "Urban100")  # where a CPU- and a GPU-trained cell of the same name are compared
+
+
+def _scores_higher(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether ``new`` has a higher PSNR than ``old`` on every deciding set (False where one is missing)."""
+    def psnr(entry: dict[str, Any], name: str) -> float | None:
+        return entry.get("metrics", {}).get(name, {}).get("psnr")
+
+    pairs = [(psnr(new, name), psnr(old, name)) for name in DECIDING_SETS]
+    return all(a is not None and b is not None and a > b for a, b in pairs)
+
+
+def _deciding(item: dict[str, Any]) -> str:
+    """``Set5 30.25, Urban100 24.21``: the deciding sets' PSNR of an entry."""
+    metrics = item.get("metrics", {})
+    return ", ".join(f"{s} {metrics[s]['psnr']:.2f}" if s in metrics else f"{s} -" for s in DECIDING_SETS)
 
 
 def _on_cpu(item: dict[str, Any]) -> bool:

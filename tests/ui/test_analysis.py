@@ -37,6 +37,15 @@ def test_train_live_streams_updates() -> None:
     assert len(first_losses) == 2 and first_losses[0] == pytest.approx(first_losses[1])
 
 
+def test_live_run_keeps_models_and_masks_on_its_device() -> None:
+    """The pruners take their masks from models already on the run's device: on a GPU (a ZeroGPU Space)
+    masks left on the CPU crashed the first pruning step. ``meta`` stands in for the GPU here."""
+    run = analysis.build_live_run("swinir-light", 2, 0.9, 0.95, 100, None, arch_kwargs=TINY, device="meta")
+    for name in analysis.RUNS:
+        assert {p.device.type for p in run.models[name].parameters()} == {"meta"}
+        assert {mask.device.type for mask in run.pruners[name].state_dict()["kept"]} == {"meta"}
+
+
 def test_live_run_state_round_trip(tmp_path: Path) -> None:
     run = analysis.build_live_run("swinir-light", 2, 0.9, 0.95, 100, None, arch_kwargs=TINY)
     batches = analysis.training_batches(2, 8, 2)

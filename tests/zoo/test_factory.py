@@ -228,15 +228,36 @@ def _check_the_analysis_tab_reads(
     assert f"{config['iterations_done']} iterations of each run" in analysis.recorded_figures(name)[-1]
 
 
-def test_merge_keeps_a_gpu_entry_from_a_cpu_one(tmp_path: Path) -> None:
+def _scored(entry: dict, device: str, set5: float, urban100: float) -> dict:
+    metrics = {**entry["metrics"], "Set5": {"psnr": set5, "ssim": 0.9}, "Urban100": {"psnr": urban100, "ssim": 0.8}}
+    return {**entry, "budget": {**entry["budget"], "device": device}, "metrics": metrics}
+
+
+def test_merge_across_devices_keeps_the_better_entry(tmp_path: Path) -> None:
+    """A CPU- and a GPU-trained cell of one name: the newcomer replaces the old entry only where it scores
+    higher on Set5 and Urban100 (or with force); a retrain on the same kind of device always replaces."""
     base = json.loads((ROOT / "checkpoints" / "zoo.json").read_text())["entries"][0]
-    manifest = tmp_path / "zoo.json"
-    gpu = {**base, "budget": {**base["budget"], "device": "NVIDIA H100 80GB HBM3"}}
-    zoo.merge_entries(manifest, [gpu])
-    with pytest.raises(ValueError, match="GPU-trained"):
-        zoo.merge_entries(manifest, [base])
-    assert zoo.merge_entries(manifest, [base], force=True) == [base["name"]]
-    assert [e.budget["device"] for e in zoo.load_zoo(manifest)] == [base["budget"]["device"]]
+    manifest, logged = tmp_path / "zoo.json", []
+    cpu = _scored(base, "cpu: AMD EPYC (1 threads)", 30.0, 24.0)
+    zoo.merge_entries(manifest, [cpu])
+
+    def device_psnr() -> tuple[str, float]:
+        (entry,) = zoo.load_zoo(manifest)
+        return entry.budget["device"], entry.metrics["Set5"]["psnr"]
+
+    for set5, urban100 in ((29.0, 23.0), (30.5, 23.9), (29.9, 24.5), (30.0, 24.0)):
+        gpu = _scored(base, "NVIDIA H200", set5, urban100)
+        assert zoo.merge_entries(manifest, [gpu], log=logged.append) == []
+        assert device_psnr() == ("cpu: AMD EPYC (1 threads)", 30.0)
+    assert "kept the entry trained on cpu: AMD EPYC (1 threads) (Set5 30.00, Urban100 24.00)" in logged[0]
+    assert zoo.merge_entries(manifest, [_scored(base, "NVIDIA H200", 30.1, 24.1)]) == [base["name"]]
+    assert device_psnr() == ("NVIDIA H200", 30.1)
+    assert zoo.merge_entries(manifest, [cpu], log=logged.append) == []  # the other way round too
+    assert zoo.merge_entries(manifest, [cpu], force=True) == [base["name"]]
+    assert device_psnr() == ("cpu: AMD EPYC (1 threads)", 30.0)
+    retrain = _scored(base, "cpu: Intel Xeon (2 threads)", 29.0, 23.0)
+    assert zoo.merge_entries(manifest, [retrain]) == [base["name"]]
+    assert device_psnr() == ("cpu: Intel Xeon (2 threads)", 29.0)
 
 
 @pytest.mark.slow
