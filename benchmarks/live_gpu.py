@@ -1,5 +1,5 @@
-"""The Analysis tab's live ISS-P vs IHT run, as a Space's GPU runs it (issue 31, step 3): the time to the first
-plot, seconds per iteration of both runs, and whether Figure 3's contrast (ISS-P's mask moving more than
+"""The Analysis tab's live ISS-P vs IHT run, as a Space's GPU runs it (issue 31, step 3): the time to the
+first plot, seconds per iteration of both runs, and whether Figure 3's contrast (ISS-P's mask moving more than
 IHT's) shows. It calls ``iss.ui.analysis.train_live`` as the tab does, stops it after ``--seconds`` if the
 iterations are not done by then, and writes the status lines and the last figures (plotly JSON)::
 
@@ -54,7 +54,8 @@ def main() -> None:
         "last_status": statuses[-1],
     }
     (args.out / "live_gpu.json").write_text(json.dumps(result, indent=1) + "\n")
-    figures = {name: fig.to_plotly_json() for name, fig in zip(("flips", "gradients", "training"), update[:3])}
+    names = ("flips", "gradients", "training")
+    figures = {name: fig.to_plotly_json() for name, fig in zip(names, update[:3], strict=True)}
     (args.out / "live_gpu_figures.json").write_text(json.dumps(figures, default=str) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "command"}, indent=1))
 

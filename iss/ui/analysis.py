@@ -192,7 +192,7 @@ def build_live_run(
         arch_kwargs = recorded.get("arch_kwargs", arch_kwargs)
     torch.manual_seed(seed)
     first = iss.archs.build(config["arch"], config["scale"], **(arch_kwargs or {})).to(device).train()
-    models = {"iss-p": first, "iht": copy.deepcopy(first)}  # on the device before the pruners take their masks
+    models = {"iss-p": first, "iht": copy.deepcopy(first)}  # on the device before the pruners mask them
     options = {"iss-p": {"alpha": config["alpha"]}, "iht": {}}
     pruners = {
         run: iss.pruning.build(

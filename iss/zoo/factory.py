@@ -531,7 +531,9 @@ def add_commands(sub: Any, common: Any) -> None:
         help="sets every entry must have metrics on (missing ones are evaluated here)",
     )
     add.add_argument("--cells", help="only these cells (comma-separated names)")
-    add.add_argument("--force", action="store_true", help="replace an entry trained on another kind of device even where it scores higher")
+    add.add_argument(
+        "--force", action="store_true", help="replace entries from the other kind of device, even better ones"
+    )
     add.add_argument(
         "--recordings",
         type=Path,
@@ -548,7 +550,7 @@ def add_commands(sub: Any, common: Any) -> None:
     export = sub.add_parser("export", parents=[worked], help="tar the cells' results to bring them back")
     export.add_argument("--out", type=Path, required=True, help="folder for cells-<k>.tar.gz")
     export.add_argument("--max-mib", type=float, default=15, help="largest archive")
-    export.add_argument("--max-files", type=int, default=8, help="most archives (what else $OUT holds comes off)")
+    export.add_argument("--max-files", type=int, default=8, help="most archives (less what else comes back)")
 
 
 def run(args: Any) -> int:

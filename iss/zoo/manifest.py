@@ -187,6 +187,7 @@ DECIDING_SETS = ("Set5", "Urban100")  # where a CPU- and a GPU-trained cell of t
 
 def _scores_higher(new: dict[str, Any], old: dict[str, Any]) -> bool:
     """Whether ``new`` has a higher PSNR than ``old`` on every deciding set (False where one is missing)."""
+
     def psnr(entry: dict[str, Any], name: str) -> float | None:
         return entry.get("metrics", {}).get(name, {}).get("psnr")
 

@@ -229,7 +229,8 @@ def _check_the_analysis_tab_reads(
 
 
 def _scored(entry: dict, device: str, set5: float, urban100: float) -> dict:
-    metrics = {**entry["metrics"], "Set5": {"psnr": set5, "ssim": 0.9}, "Urban100": {"psnr": urban100, "ssim": 0.8}}
+    scores = {"Set5": {"psnr": set5, "ssim": 0.9}, "Urban100": {"psnr": urban100, "ssim": 0.8}}
+    metrics = {**entry["metrics"], **scores}
     return {**entry, "budget": {**entry["budget"], "device": device}, "metrics": metrics}
 
 
