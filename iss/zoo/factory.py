@@ -377,8 +377,9 @@ def _summary(work: Path, cell: Cell, exit_code: int) -> str:
 # ------------------------------------------------------------------------------------------------ zoo entries
 
 
-def zoo_entry(record: CellRecord, folder: Path, dest: Path, hub_repo: str) -> dict[str, Any]:
-    """Copy a finished cell's checkpoint to ``dest/<name>.safetensors`` and describe it as a zoo entry."""
+def zoo_entry(record: CellRecord, folder: Path, hub_repo: str) -> dict[str, Any]:
+    """Describe a finished cell as a zoo entry whose file is ``<name>.safetensors`` (``add_to_zoo`` copies
+    it once the entry is merged)."""
     from iss.checkpoint import read_meta
 
     from .hub import sha256_of
@@ -386,8 +387,7 @@ def zoo_entry(record: CellRecord, folder: Path, dest: Path, hub_repo: str) -> di
     cell = record.cell
     name = f"{cell['arch']}_x{cell['scale']}_{cell['method']}_r{cell['ratio']:g}"
     meta = read_meta(folder / "model.safetensors")  # verifies the checkpoint's own hash
-    file = dest / f"{name}.safetensors"
-    file.write_bytes((folder / "model.safetensors").read_bytes())
+    source = folder / "model.safetensors"
     budget = {
         "iterations": cell["iters"],
         "prune_iters": meta["budget"]["prune_iters"],
@@ -414,10 +414,10 @@ def zoo_entry(record: CellRecord, folder: Path, dest: Path, hub_repo: str) -> di
         "scale": cell["scale"],
         "method": cell["method"],
         "ratio": cell["ratio"],
-        "file": file.name,
-        "sha256": sha256_of(file),
-        "size_bytes": file.stat().st_size,
-        "hub": {"repo_id": hub_repo, "revision": "main", "filename": file.name},
+        "file": f"{name}.safetensors",
+        "sha256": sha256_of(source),
+        "size_bytes": source.stat().st_size,
+        "hub": {"repo_id": hub_repo, "revision": "main", "filename": f"{name}.safetensors"},
         "budget": budget,
         "metrics": {
             s: {"psnr": round(m["psnr"], 4), "ssim": round(m["ssim"], 6)}
@@ -453,9 +453,11 @@ def add_to_zoo(
         missing = [s for s in datasets if s not in (record.metrics or {})]
         if missing:
             raise FileNotFoundError(f"{cell.name}: no metrics on {', '.join(missing)}; pass --data-dir")
-        entries.append(zoo_entry(record, folder, manifest.parent, DEFAULT_HUB_REPO))
+        entries.append(zoo_entry(record, folder, DEFAULT_HUB_REPO))
         log(f"{cell.name}: " + ", ".join(f"{s} {m['psnr']:.2f}" for s, m in entries[-1]["metrics"].items()))
     added = merge_entries(manifest, entries, force=force, log=log)
+    for name in added:  # only now: an entry kept over this cell keeps its file too
+        shutil.copyfile(work / name / "model.safetensors", manifest.parent / f"{name}.safetensors")
     if recordings is not None:
         for folder in add_recordings(plan, work, recordings, names=added):
             log(f"recording {folder}")

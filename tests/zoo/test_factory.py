@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -205,6 +206,15 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
         for name, mask in checkpoint.read_masks(entry.bundled).items():
             weight, kept = model.get_parameter(name), int(mask.sum())
             assert kept == weight.numel() - int(np.ceil(round(entry.ratio * weight.numel(), 6))), name
+    # The ISS-P cell, now labelled GPU-trained, added again over its CPU entry: without Urban100 it cannot
+    # score higher there, so the CPU entry and its file stay.
+    iss_p, iht = (f"swinir-light_x2_{m}_r0.5" for m in ("iss-p", "iht"))
+    bundled = manifest.parent / f"{iss_p}.safetensors"
+    kept = bundled.read_bytes()
+    shutil.copyfile(work / iht / "model.safetensors", work / iss_p / "model.safetensors")  # other bytes
+    assert factory.add_to_zoo(plan, work, manifest, datasets=["Set5"], benchmarks=None, names=[iss_p]) == []
+    assert bundled.read_bytes() == kept
+    zoo.verify(bundled, next(e for e in zoo.load_zoo(manifest) if e.name == iss_p))
 
 
 def _check_the_analysis_tab_reads(
