@@ -7,6 +7,9 @@ at a time, each reading and writing a full activation tensor:
   add are done by the sparse conv kernel as it stores its outputs (:class:`SparseResidualBlock`).
 * A conv followed by a pixel shuffle (the upsamplers of EDSR and SwinIR): the kernel stores its outputs
   where the shuffle puts them (:class:`SparseConvShuffle`); at x4 that saves copying the largest tensors.
+* The last conv of EDSR and CAT-R reads a few of the upsampler's channels when it is sparse (3 outputs: about
+  a quarter of them at 99% zeros): the upsampler's last conv then computes only those, and the last conv
+  reads them as its whole input (:func:`_drop_unread_channels`). That conv writes the model's largest tensor.
 * SwinIR's residual group adds its input, token-major, to its conv's channel-major output: in C, transposing
   a block at a time in registers (:class:`FusedRSTB`).
 * SwinIR's transformer block (LayerNorm, cyclic shift, window partition, attention with its position bias and
@@ -202,6 +205,7 @@ def fuse(model: nn.Module, plan: _Plan) -> None:
     (needs the compiled kernels)."""
     if kernels.load() is None:
         return
+    _drop_unread_channels(model, plan)
     for parent in list(model.modules()):
         if isinstance(parent, nn.Sequential):
             _fuse_shuffles(parent)
@@ -216,6 +220,36 @@ def fuse(model: nn.Module, plan: _Plan) -> None:
                 setattr(parent, name, FusedSwinBlock(child, plan))
             elif isinstance(child, RSTB) and isinstance(child.conv, SparseConv2d):
                 setattr(parent, name, FusedRSTB(child))
+
+
+def _drop_unread_channels(model: nn.Module, plan: _Plan) -> None:
+    """In place: where ``model.conv_last`` (sparse) reads only some channels of ``model.upsample``'s output,
+    the upsampler's last conv (before its pixel shuffle) keeps only the outputs of those channels, and
+    ``conv_last`` takes them as its input. The same products are computed for what is read."""
+    upsample, last = getattr(model, "upsample", None), getattr(model, "conv_last", None)
+    if not (isinstance(upsample, nn.Sequential) and isinstance(last, SparseConv2d) and len(upsample) >= 2):
+        return
+    conv, shuffle = upsample[-2], upsample[-1]
+    if not (isinstance(conv, SparseConv2d) and isinstance(shuffle, nn.PixelShuffle)):
+        return
+    weight = last.dense_weight()
+    read = torch.nonzero(weight.abs().sum((0, 2, 3))).flatten()
+    if len(read) == last.in_channels:
+        return
+    per_channel = shuffle.upscale_factor**2  # outputs c * f^2 ... c * f^2 + f^2 - 1 become channel c
+    rows = (read[:, None] * per_channel + torch.arange(per_channel)).flatten()
+    upsample[-2] = SparseConv2d(_dense_conv(conv.dense_weight()[rows], conv.bias, rows), plan)
+    model.conv_last = SparseConv2d(_dense_conv(weight[:, read], last.bias), plan)
+
+
+def _dense_conv(weight: Tensor, bias: Tensor | None, rows: Tensor | None = None) -> nn.Conv2d:
+    """A 'same' ``nn.Conv2d`` holding ``weight`` and ``bias`` (its ``rows``, if given)."""
+    out, cin, k, _ = weight.shape
+    conv = nn.Conv2d(cin, out, k, padding=k // 2, bias=bias is not None, dtype=weight.dtype)
+    conv.weight.data.copy_(weight)
+    if bias is not None:
+        conv.bias.data.copy_(bias if rows is None else bias[rows])
+    return conv
 
 
 def _fuse_shuffles(sequence: nn.Sequential) -> None:

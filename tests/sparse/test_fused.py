@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from common import masked
+from common import TINY_ARCHS, masked
 from torch import nn
 
 from iss import archs
@@ -95,6 +95,28 @@ def test_fused_residual_blocks_and_upsamplers_equal_dense(kernel_path: str, scal
     assert shuffles == ({3: [3], 4: [2, 2]}[scale] if kernel_path == "c" else [])
     expected = "fused C kernels" if kernel_path == "c" else "PyTorch kernels (no C compiler)"
     assert sparse_path(fast) == expected
+
+
+@pytest.mark.parametrize("arch", ["edsr-l", "cat-r"])
+@pytest.mark.parametrize("last_mode", ["sparse", "dense"])
+def test_the_upsampler_computes_only_the_channels_the_last_conv_reads(arch: str, last_mode: str) -> None:
+    """At 99% zeros ``conv_last`` reads a few of the upsampler's channels: its last conv computes only
+    those (4 outputs each at x2), the model's output is unchanged, also where ``conv_last`` runs dense."""
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(
+        archs.build(arch, 2, **TINY_ARCHS[arch] | ({"num_feat": 32} if arch == "edsr-l" else {})), 0.99
+    )
+    read = int((model.conv_last.weight.abs().sum((0, 2, 3)) > 0).sum())
+    assert 0 < read < model.conv_last.in_channels
+    fast = sparsify(model, exact=True, min_speedup=0.0)
+    if last_mode == "dense":
+        fast.conv_last._plan = layers._Plan(min_speedup=math.inf)
+    x = torch.rand(1, 3, 11, 14)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-5, rtol=0)
+    assert fast.upsample[-2].conv.out_channels == 4 * read and fast.conv_last.in_channels == read
+    assert fast.conv_last.mode == last_mode
 
 
 @pytest.mark.parametrize("mode", ["sparse", "dense"])
