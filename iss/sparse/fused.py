@@ -11,7 +11,8 @@ at a time, each reading and writing a full activation tensor:
   a quarter of them at 99% zeros): the upsampler's last conv then computes only those, and the last conv
   reads them as its whole input (:func:`_drop_unread_channels`). That conv writes the model's largest tensor.
 * SwinIR's residual group adds its input, token-major, to its conv's channel-major output: in C, transposing
-  a block at a time in registers (:class:`FusedRSTB`).
+  a block at a time in registers (:class:`FusedRSTB`). Its patch embedding, a LayerNorm of the first conv's
+  output as tokens, is one such pass too (:class:`FusedPatchEmbed`).
 * SwinIR's transformer block (LayerNorm, cyclic shift, window partition, attention with its position bias and
   mask, softmax, GELU, residuals): ``csrc/swin.c`` runs the whole block per 8x8 window on a channel-major copy
   that stays in cache (:class:`FusedSwinBlock`), with the sparse Linears inside.
@@ -28,13 +29,20 @@ from torch import Tensor, nn
 
 from iss.archs.common import shifted_window_mask, to_image, to_tokens
 from iss.archs.edsr import ResidualBlock
-from iss.archs.swinir import RSTB, SwinTransformerBlock
+from iss.archs.swinir import RSTB, PatchEmbed, SwinTransformerBlock
 
 from . import kernels
 from .layers import SparseConv2d, SparseLinear, _Plan
 from .threads import pool_threads, run_chunks
 
-__all__ = ["FusedRSTB", "FusedSwinBlock", "SparseConvShuffle", "SparseResidualBlock", "fuse"]
+__all__ = [
+    "FusedPatchEmbed",
+    "FusedRSTB",
+    "FusedSwinBlock",
+    "SparseConvShuffle",
+    "SparseResidualBlock",
+    "fuse",
+]
 
 
 class SparseResidualBlock(nn.Module):
@@ -75,6 +83,27 @@ class FusedRSTB(nn.Module):
         n = x.shape[1]
         for i in range(x.shape[0]):
             kernels.add_tokens(out[i], x[i], y[i].view(-1, n), span=range(n))
+        return out
+
+
+class FusedPatchEmbed(nn.Module):
+    """SwinIR's patch embedding, ``LayerNorm(to_tokens(x))``, in one pass in C (``iss_norm_tokens``): torch
+    made a transposed copy of the image, then normalised it."""
+
+    def __init__(self, embed: PatchEmbed) -> None:
+        super().__init__()
+        self.norm = embed.norm
+
+    def forward(self, x: Tensor) -> Tensor:
+        norm = self.norm
+        if not (x.dtype == torch.float32 and x.is_contiguous() and norm.weight.dtype == torch.float32):
+            return norm(to_tokens(x))
+        n, c = x.shape[0], x.shape[1]
+        out = x.new_empty(n, x[0, 0].numel(), c)
+        for i in range(n):
+            kernels.norm_tokens(
+                out[i], x[i].view(c, -1), norm.weight, norm.bias, norm.eps, span=range(out.shape[1])
+            )
         return out
 
 
@@ -220,6 +249,8 @@ def fuse(model: nn.Module, plan: _Plan) -> None:
                 setattr(parent, name, FusedSwinBlock(child, plan))
             elif isinstance(child, RSTB) and isinstance(child.conv, SparseConv2d):
                 setattr(parent, name, FusedRSTB(child))
+            elif isinstance(child, PatchEmbed) and child.norm.elementwise_affine:
+                setattr(parent, name, FusedPatchEmbed(child))
 
 
 def _drop_unread_channels(model: nn.Module, plan: _Plan) -> None:

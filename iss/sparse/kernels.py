@@ -79,7 +79,8 @@ def _build(target: Path, compiler: str) -> None:
 @functools.cache
 def load() -> ctypes.CDLL | None:
     """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``, ``iss_swin_windows``,
-    ``iss_add_tokens``), built on first use; None (with a warning) when it cannot be built."""
+    ``iss_add_tokens``, ``iss_norm_tokens``), built on first use; None (with a warning) when it cannot be
+    built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
     compiler = _compiler()
@@ -106,7 +107,8 @@ def load() -> ctypes.CDLL | None:
     lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr, ptr]
     lib.iss_add_tokens.argtypes = [ptr, ptr, ptr, *[i64] * 4]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
-    lib.iss_add_tokens.restype = None
+    lib.iss_norm_tokens.argtypes = [ptr, ptr, ptr, ptr, f32, *[i64] * 4]
+    lib.iss_add_tokens.restype = lib.iss_norm_tokens.restype = None
     lib.iss_lanes.restype = lib.iss_half.restype = ctypes.c_int
     return lib
 
@@ -378,6 +380,24 @@ def add_tokens(out: Tensor, tokens: Tensor, image: Tensor, *, span: range) -> No
     if span.step != 1 or not 0 <= span.start <= span.stop <= n:
         raise ValueError(f"add_tokens: span {span} outside 0..{n}")
     lib.iss_add_tokens(out.data_ptr(), tokens.data_ptr(), image.data_ptr(), c, n, span.start, span.stop)
+
+
+def norm_tokens(out: Tensor, image: Tensor, weight: Tensor, bias: Tensor, eps: float, *, span: range) -> None:
+    """Rows ``span`` of ``out`` [N, C] = LayerNorm(``weight``, ``bias``, ``eps``) of ``image`` [C, N]
+    transposed: a token's C channels normalised."""
+    lib = _library()
+    c, n = image.shape
+    if not all(t.dtype == torch.float32 and t.is_contiguous() for t in (out, image, weight, bias)):
+        raise ValueError("norm_tokens needs contiguous float32 tensors")
+    if out.shape != (n, c) or weight.shape != (c,) or bias.shape != (c,):
+        raise ValueError(
+            f"norm_tokens: {tuple(out.shape)}, {c} weights and biases do not fit ({n}, {c}) tokens"
+        )
+    if span.step != 1 or not 0 <= span.start <= span.stop <= n:
+        raise ValueError(f"norm_tokens: span {span} outside 0..{n}")
+    lib.iss_norm_tokens(
+        out.data_ptr(), image.data_ptr(), weight.data_ptr(), bias.data_ptr(), eps, c, n, span.start, span.stop
+    )
 
 
 def _ptr(tensor: Tensor | None) -> int:

@@ -13,7 +13,13 @@ from torch import nn
 
 from iss import archs
 from iss.sparse import SparseConv2d, kernels, layer_modes, layers, sparse_path, sparsify, threads
-from iss.sparse.fused import FusedRSTB, FusedSwinBlock, SparseConvShuffle, SparseResidualBlock
+from iss.sparse.fused import (
+    FusedPatchEmbed,
+    FusedRSTB,
+    FusedSwinBlock,
+    SparseConvShuffle,
+    SparseResidualBlock,
+)
 
 SWIN = dict(embed_dim=12, depths=(2, 2), num_heads=(2, 3))  # window 8: shifted and unshifted blocks
 
@@ -249,6 +255,25 @@ def test_add_tokens_adds_the_transposed_image(n: int, c: int) -> None:
         kernels.add_tokens(out, tokens, image.T.contiguous() if n != c else image[:-1], span=range(n))
     with pytest.raises(ValueError, match="outside"):
         kernels.add_tokens(out, tokens, image, span=range(n + 1))
+
+
+@pytest.mark.parametrize(("n", "c"), [(37, 20), (64, 60)])
+def test_norm_tokens_is_the_layer_norm_of_the_transposed_image(n: int, c: int) -> None:
+    """Blocks of vectors and the scalar tails of both tokens and channels, spans, and bad calls; a
+    sparsified SwinIR embeds its patches this way."""
+    needs_c()
+    image, weight, bias = torch.randn(c, n) * 3 + 1, torch.randn(c), torch.randn(c)
+    out = torch.full((n, c), math.nan)
+    kernels.norm_tokens(out, image, weight, bias, 1e-5, span=range(3, n - 2))
+    expected = nn.functional.layer_norm(image.T, (c,), weight, bias, 1e-5)
+    torch.testing.assert_close(out[3 : n - 2], expected[3 : n - 2], atol=1e-5, rtol=0)
+    assert out[:3].isnan().all() and out[n - 2 :].isnan().all()
+    with pytest.raises(ValueError, match="do not fit"):
+        kernels.norm_tokens(out, image, weight[:-1], bias, 1e-5, span=range(n))
+    with pytest.raises(ValueError, match="outside"):
+        kernels.norm_tokens(out, image, weight, bias, 1e-5, span=range(n + 1))
+    fast = sparsify(masked(archs.build("swinir-light", 2, **SWIN), 0.9), exact=True)
+    assert isinstance(fast.patch_embed, FusedPatchEmbed)
 
 
 def test_portable_build_gives_the_same_results(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

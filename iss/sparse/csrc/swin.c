@@ -332,3 +332,43 @@ void iss_add_tokens(float *out, const float *x, const float *y, int64_t c, int64
     for (; t < t1; t++)
         for (int64_t ch = 0; ch < c; ch++) out[t * c + ch] = x[t * c + ch] + y[ch * n + t];
 }
+
+/* out[t][ch] = LayerNorm over the c channels of token t of the channel-major image y[ch][t] (n tokens), with
+ * weight g and bias b, for tokens [t0, t1): SwinIR's patch embedding in one pass, where torch made a
+ * transposed copy and then normalised it. A block of LANES tokens is normalised with tokens in lanes, then
+ * transposed LANES x LANES in registers. */
+void iss_norm_tokens(float *out, const float *y, const float *g, const float *b, float eps, int64_t c, int64_t n,
+                     int64_t t0, int64_t t1)
+{
+    float tmp[c * LANES];
+    int64_t t = t0;
+    for (; t + LANES <= t1; t += LANES) {
+        vec mean = {0}, var = {0};
+        for (int64_t ch = 0; ch < c; ch++) mean += load(y + ch * n + t);
+        mean /= (float)c;
+        for (int64_t ch = 0; ch < c; ch++) {
+            const vec d = load(y + ch * n + t) - mean;
+            var += d * d;
+        }
+        const vec rstd = 1.0f / vsqrt(var / (float)c + eps);
+        for (int64_t ch = 0; ch < c; ch++)
+            store(tmp + ch * LANES, (load(y + ch * n + t) - mean) * rstd * g[ch] + b[ch]);
+        int64_t ch = 0;
+        for (; ch + LANES <= c; ch += LANES) {
+            vec r[LANES];
+            for (int j = 0; j < LANES; j++) r[j] = load(tmp + (ch + j) * LANES);
+            transpose(r);
+            for (int k = 0; k < LANES; k++) store(out + (t + k) * c + ch, r[k]);
+        }
+        for (; ch < c; ch++)
+            for (int k = 0; k < LANES; k++) out[(t + k) * c + ch] = tmp[ch * LANES + k];
+    }
+    for (; t < t1; t++) {
+        float mean = 0, var = 0;
+        for (int64_t ch = 0; ch < c; ch++) mean += y[ch * n + t];
+        mean /= (float)c;
+        for (int64_t ch = 0; ch < c; ch++) var += (y[ch * n + t] - mean) * (y[ch * n + t] - mean);
+        const float rstd = 1.0f / sqrtf(var / (float)c + eps);
+        for (int64_t ch = 0; ch < c; ch++) out[t * c + ch] = (y[ch * n + t] - mean) * rstd * g[ch] + b[ch];
+    }
+}
