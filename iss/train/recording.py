@@ -137,8 +137,15 @@ def _number(value: Any) -> float:
     return float(value)
 
 
-def save_recording(folder: str | Path, config: dict[str, Any], traces: dict[str, RunTrace]) -> Path:
-    """Write ``run.json`` and ``series.npz`` for ``traces`` (keyed by run)."""
+def save_recording(
+    folder: str | Path,
+    config: dict[str, Any],
+    traces: dict[str, RunTrace],
+    *,
+    iterations_done: int | None = None,
+) -> Path:
+    """Write ``run.json`` and ``series.npz`` for ``traces`` (keyed by run); ``iterations_done`` where the
+    traces were thinned (default: one entry per iteration)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
@@ -150,7 +157,7 @@ def save_recording(folder: str | Path, config: dict[str, Any], traces: dict[str,
     config = {
         **config,
         "layers": first.layers,
-        "iterations_done": len(first.iterations),
+        "iterations_done": len(first.iterations) if iterations_done is None else iterations_done,
         "finetune_from": {run: trace.finetune_from for run, trace in traces.items()},
     }
     (folder / "run.json").write_text(json.dumps(config, indent=1))
@@ -410,11 +417,15 @@ def _cut(trace: RunTrace, iteration: int) -> RunTrace:
     return cut
 
 
+MAX_POINTS = 6000  # entries per series of a merged recording: about 3.7 MB for SwinIR-light's ISS-P and IHT
+
+
 def merge_recordings(parts: dict[str, Path], out: str | Path, config: dict[str, Any]) -> Path:
     """One recording in ``out`` from single-run recordings (``{run: folder}``, e.g. the zoo factory's ISS-P
-    and IHT cells): both series, and the latest state every part saved, as one file (what a live run starts
-    from by default; earlier ones are left out: ~12 MB each for SwinIR-light, and the repository that bundles
-    recordings must still fit a GPU round's transfer)."""
+    and IHT cells): both series, thinned to at most ``MAX_POINTS`` entries (``thin``), and the latest state
+    every part saved, as one file (what a live run starts from by default; earlier ones are left out: ~12 MB
+    each for SwinIR-light, and the repository that bundles recordings must still fit a GPU round's
+    transfer)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     traces, configs = {}, {}
@@ -440,6 +451,42 @@ def merge_recordings(parts: dict[str, Path], out: str | Path, config: dict[str, 
                                                       for k, v in metadata.items()})  # fmt: skip
         states.append({"iteration": iteration, "file": name})
     seconds = sum(c.get("seconds", 0.0) for c in configs.values())
-    done = min(len(t.iterations) for t in traces.values())
+    done = min(t.iterations[-1] if t.iterations else 0 for t in traces.values())  # from iteration 1
     timing = {"seconds": round(seconds, 1), "seconds_per_iteration": seconds / max(done, 1)}
-    return save_recording(out, {**config, **timing, "states": states}, traces)
+    every = math.ceil(max(len(t.iterations) for t in traces.values()) / MAX_POINTS)
+    traces = {run: thin(trace, every) for run, trace in traces.items()}
+    config = {**config, **timing, "states": states, "every": every}
+    return save_recording(out, config, traces, iterations_done=done)
+
+
+def thin(trace: RunTrace, every: int) -> RunTrace:
+    """``trace`` with one entry per window of ``every`` iterations (1..every, every+1..2 every, ...: two runs'
+    windows line up even where one started recording late), at its last recorded iteration: the window's
+    mean of the per-iteration series (loss, flips, gradient statistics; NaN where none was reported) and the
+    last value of the distances, which are states rather than rates. Validation points stay as they are."""
+    iterations = np.asarray(trace.iterations)
+    if every <= 1 or len(iterations) == 0:
+        return trace
+    window = (iterations - 1) // every
+    starts = np.flatnonzero(np.diff(window, prepend=window[0] - 1))
+    ends = np.append(starts[1:], len(iterations)) - 1
+
+    def means(values: list[float]) -> list[float]:
+        a = np.asarray(values, np.float64)
+        found = np.isfinite(a)
+        sums, counts = np.add.reduceat(np.where(found, a, 0.0), starts), np.add.reduceat(found, starts)
+        with np.errstate(invalid="ignore"):
+            return (sums / counts).tolist()  # 0 / 0: NaN
+
+    def lasts(values: list[float]) -> list[float]:
+        return np.asarray(values, np.float64)[ends].tolist()
+
+    thinned = RunTrace(layers=trace.layers, finetune_from=trace.finetune_from)
+    thinned.iterations = iterations[ends].tolist()
+    thinned.loss, thinned.flips_total = means(trace.loss), means(trace.flips_total)
+    thinned.distance_first = lasts(trace.distance_first)
+    thinned.distance_window = lasts(trace.distance_window)
+    for series in _LAYER_SERIES:
+        setattr(thinned, series, {name: means(values) for name, values in getattr(trace, series).items()})
+    thinned.val_iterations, thinned.val_psnr = list(trace.val_iterations), list(trace.val_psnr)
+    return thinned

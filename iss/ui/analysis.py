@@ -121,6 +121,7 @@ def recorded_figures(name: str, layers: Sequence[str] | None = None) -> tuple[An
         f"alpha {config.get('alpha')}, batch {config.get('batch')}, LR patch {config.get('patch')}, "
         f"{config['iterations_done']} iterations of each run on {config.get('device', 'cpu')} "
         f"({config.get('seconds_per_iteration', float('nan')):.2f} s per iteration of both runs). "
+        + (f"Each point is the mean of {config['every']} iterations. " if config.get("every", 1) > 1 else "")
         + mask_summary(traces)
     )
     return (

@@ -172,12 +172,12 @@ def test_the_first_plot_estimate_follows_the_machines_load(monkeypatch: pytest.M
 def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The factory's CPU recording (SwinIR-light x4, 0.95, K_p 3,000): the app starts from its last state."""
+    """The factory's CPU recording (SwinIR-light x4, 0.95, K_p 30,000): the app starts from its last state."""
     monkeypatch.setattr(iss.sparse.speed, "gflops", lambda kind, arch, device: 50.0)
     start = analysis.default_start()
-    assert start == "swinir-light_x4_r0.95_cpu @ 2250"
+    assert start == "swinir-light_x4_r0.95_cpu @ 22500"
     settings = analysis.start_settings(start)
-    assert settings["optimizer"] and settings["prune_iters"] == 3000
+    assert settings["optimizer"] and settings["prune_iters"] == 30000
     text = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, start, device="cpu").describe()
     assert "with optimizer state" in text and "swinir-light x4" in text  # the recording's scale, not x2
 
