@@ -85,20 +85,26 @@ static inline vec vsqrt(vec x)
 #endif
 }
 
+/* Mean and 1 / standard deviation over the c channels of LANES tokens, channel-major (rows n apart). */
+static inline void token_stats(const float *src, int64_t c, int64_t n, float eps, vec *mean, vec *rstd)
+{
+    vec sum = {0}, var = {0};
+    for (int64_t ch = 0; ch < c; ch++) sum += load(src + ch * n);
+    *mean = sum / (float)c;
+    for (int64_t ch = 0; ch < c; ch++) {
+        const vec d = load(src + ch * n) - *mean;
+        var += d * d;
+    }
+    *rstd = 1.0f / vsqrt(var / (float)c + eps);
+}
+
 /* LayerNorm over the c channels of each of n tokens, channel-major (rows n apart). */
 static void layer_norm(float *dst, const float *src, int64_t c, int64_t n, const float *g, const float *b,
                        float eps)
 {
     for (int64_t t = 0; t < n; t += LANES) {
-        vec mean = {0}, var = {0};
-        for (int64_t ch = 0; ch < c; ch++) mean += load(src + ch * n + t);
-        mean /= (float)c;
-        for (int64_t ch = 0; ch < c; ch++) {
-            const vec d = load(src + ch * n + t) - mean;
-            var += d * d;
-        }
-        var /= (float)c;
-        const vec rstd = 1.0f / vsqrt(var + eps);
+        vec mean, rstd;
+        token_stats(src + t, c, n, eps, &mean, &rstd);
         for (int64_t ch = 0; ch < c; ch++)
             store(dst + ch * n + t, (load(src + ch * n + t) - mean) * rstd * g[ch] + b[ch]);
     }
@@ -343,14 +349,8 @@ void iss_norm_tokens(float *out, const float *y, const float *g, const float *b,
     float tmp[c * LANES];
     int64_t t = t0;
     for (; t + LANES <= t1; t += LANES) {
-        vec mean = {0}, var = {0};
-        for (int64_t ch = 0; ch < c; ch++) mean += load(y + ch * n + t);
-        mean /= (float)c;
-        for (int64_t ch = 0; ch < c; ch++) {
-            const vec d = load(y + ch * n + t) - mean;
-            var += d * d;
-        }
-        const vec rstd = 1.0f / vsqrt(var / (float)c + eps);
+        vec mean, rstd;
+        token_stats(y + t, c, n, eps, &mean, &rstd);
         for (int64_t ch = 0; ch < c; ch++)
             store(tmp + ch * LANES, (load(y + ch * n + t) - mean) * rstd * g[ch] + b[ch]);
         int64_t ch = 0;
