@@ -100,8 +100,8 @@ def test_seed_0_of_methods_without_a_pruning_stage_is_the_bundled_entry(tmp_path
     """The zoo records K_p 0 for L1 (it fine-tunes for the whole budget), the plan its group's K_p."""
     bench, zoo = _benchmark(), ROOT / "checkpoints" / "zoo.json"
     plan = zoo.with_name("zoo_plan_cpu.json")
-    bench.write_plans(plan, ["swinir-light_x4_r0.95"], ["l1", "srp"], [0], tmp_path)
-    psnr = bench.collect(zoo, tmp_path, [0], ["Set5"], None)["swinir-light_x4_r0.95"]
+    bench.write_plans(plan, ["swinir-light_x2_r0.95"], ["l1", "srp"], [0], tmp_path)  # first-round cells
+    psnr = bench.collect(zoo, tmp_path, [0], ["Set5"], None)["swinir-light_x2_r0.95"]
     bundled = {e["name"]: e for e in json.loads(zoo.read_text())["entries"]}
-    assert psnr["l1"][0]["Set5"] == bundled["swinir-light_x4_l1_r0.95"]["metrics"]["Set5"]["psnr"]
-    assert psnr["srp"][0]["Set5"] == bundled["swinir-light_x4_srp_r0.95"]["metrics"]["Set5"]["psnr"]
+    assert psnr["l1"][0]["Set5"] == bundled["swinir-light_x2_l1_r0.95"]["metrics"]["Set5"]["psnr"]
+    assert psnr["srp"][0]["Set5"] == bundled["swinir-light_x2_srp_r0.95"]["metrics"]["Set5"]["psnr"]
