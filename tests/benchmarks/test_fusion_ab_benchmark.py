@@ -1,0 +1,44 @@
+"""benchmarks/fusion_ab.py: a sparsified model with and without one fusion, equal outputs, timed."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+import torch
+from common import ROOT, TINY_ARCHS, masked
+
+from iss import archs
+from iss.sparse import kernels
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("fusion_ab", ROOT / "benchmarks" / "fusion_ab.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _needs_c() -> None:
+    if kernels.load() is None:
+        pytest.skip("no C compiler: the fusions need the compiled kernels (CI installs gcc)")
+
+
+def test_without_unread_channels_the_upsampler_computes_every_channel() -> None:
+    model = masked(archs.build("edsr-l", 2, **{**TINY_ARCHS["edsr-l"], "num_feat": 32}), 0.99)
+    plain = _benchmark().without("unread-channels", model)
+    assert plain.upsample[-2].conv.out_channels == 4 * 32 and plain.conv_last.in_channels == 32
+    with pytest.raises(ValueError, match="unknown fusion"):
+        _benchmark().without("everything", model)
+
+
+def test_patch_embed_run_prints_both_models(capsys: pytest.CaptureFixture[str]) -> None:
+    torch_threads = torch.get_num_threads()
+    args = ["swinir-light", "0.95", "16", "--without", "patch-embed", "--reps", "1", "--pause", "0"]
+    _benchmark().main(args)
+    torch.set_num_threads(torch_threads)
+    out = capsys.readouterr().out
+    assert re.search(r"^  with +\d+\.\d.*patch_embed \d", out, re.M)
+    assert re.search(r"^  without +\d+\.\d.*patch_embed \d", out, re.M)
