@@ -8,8 +8,9 @@ at a time, each reading and writing a full activation tensor:
 * A conv followed by a pixel shuffle (the upsamplers of EDSR and SwinIR): the kernel stores its outputs
   where the shuffle puts them (:class:`SparseConvShuffle`); at x4 that saves copying the largest tensors.
 * The last conv of EDSR and CAT-R reads a few of the upsampler's channels when it is sparse (3 outputs: a
-  random 99% mask keeps weights for about a quarter of them): the upsampler's last conv then computes only those, and the last conv
-  reads them as its whole input (:func:`_drop_unread_channels`). That conv writes the model's largest tensor.
+  random 99% mask keeps weights for about a quarter of them): the upsampler's last conv then computes only
+  those, and the last conv reads them as its whole input (:func:`_drop_unread_channels`). That conv writes
+  the model's largest tensor.
 * SwinIR's residual group adds its input, token-major, to its conv's channel-major output: in C, transposing
   a block at a time in registers (:class:`FusedRSTB`). Its patch embedding, a LayerNorm of the first conv's
   output as tokens, is one such pass too (:class:`FusedPatchEmbed`).
