@@ -33,7 +33,7 @@ from iss.archs.edsr import ResidualBlock
 from iss.archs.swinir import RSTB, PatchEmbed, SwinTransformerBlock
 
 from . import kernels
-from .layers import SparseConv2d, SparseLinear, _Plan
+from .layers import SparseConv2d, SparseLinear, _Plan, read_channels
 from .threads import pool_threads, run_chunks
 
 __all__ = [
@@ -265,7 +265,7 @@ def _drop_unread_channels(model: nn.Module, plan: _Plan) -> None:
     if not (isinstance(conv, SparseConv2d) and isinstance(shuffle, nn.PixelShuffle)):
         return
     weight = last.dense_weight()
-    read = torch.nonzero(weight.abs().sum((0, 2, 3))).flatten()
+    read = read_channels(weight)
     if len(read) == last.in_channels:
         return
     per_channel = shuffle.upscale_factor**2  # outputs c * f^2 ... c * f^2 + f^2 - 1 become channel c

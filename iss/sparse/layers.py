@@ -51,6 +51,11 @@ GROUP_NONZEROS = {16: 48, 8: 24, 4: 24}
 COMPACT_BELOW = 0.75  # gather the used input channels first when fewer than this fraction have a non-zero
 
 
+def read_channels(weight: Tensor) -> Tensor:
+    """The input channels that some weight of a conv's [out, in, k, k] ``weight`` reads."""
+    return torch.nonzero(weight.abs().sum((0, 2, 3))).flatten()
+
+
 def zero_fraction(weight: Tensor) -> float:
     """Fraction of exactly-zero entries of ``weight`` (the layer's pruning ratio)."""
     if weight.numel() == 0:
@@ -216,7 +221,7 @@ class SparseConv2d(_SparseBase):
         self.kernel_size = conv.kernel_size[0]
         weight = conv.weight.detach()
         # Input channels some weight reads; when few are, only those are gathered and padded (e.g. conv_last).
-        used = torch.nonzero(weight.abs().sum((0, 2, 3))).flatten()
+        used = read_channels(weight)
         self.channels = used if len(used) < COMPACT_BELOW * self.in_channels else None
         if self.channels is not None:
             weight = weight[:, self.channels]
