@@ -265,6 +265,18 @@ def test_train_refuses_non_whole_iterations_through_the_raw_http_api(app_url: st
     assert event == "error" and payload["error"] == f"Iterations must be a whole number, got {iterations!r}"
 
 
+def test_recorded_and_resumed_runs_through_the_raw_http_api(app_url: str) -> None:
+    """The bundled x4 recording (thinned, 60,000 iterations) through ``/recorded``, and a live run resumed
+    from its state through ``/train``, as any HTTP client calls them."""
+    event, outputs = _raw_call(app_url, "recorded", ["swinir-light_x4_r0.95_cpu", []])
+    assert event == "complete"
+    assert "60000 iterations of each run" in outputs[3]
+    assert "Each point is the mean of 10 iterations." in outputs[3]
+    start = "swinir-light_x4_r0.95_cpu @ 22500"
+    event, outputs = _raw_call(app_url, "train", ["swinir-light", 2, 0.95, 0.95, 1, 10, 8, 1, [], start])
+    assert event == "complete" and "Now at training iteration 22,501" in outputs[-1]
+
+
 def test_the_estimate_opens_only_uploaded_files(zoo_path: str, tmp_path: Path) -> None:
     """The estimate shown before a run takes the same unprocessed record: the same check, the same line."""
     app = _load_app()
