@@ -112,6 +112,7 @@ def run_cell(
             device=device,
             threads=threads,
             compile=cell.compile and cuda,
+            **_curve(plan, cell, data_dir),
         )
         deadline = time.monotonic() + (until - time.time())
         recorder = _recorder(plan, cell, folder, config)
@@ -130,6 +131,13 @@ def run_cell(
     if record.trained:
         evaluate_cell(record, folder, plan.eval, data_dir / "benchmarks", until, device=device)
     return record
+
+
+def _curve(plan: Plan, cell: Cell, data_dir: Path) -> dict[str, Any]:
+    """Validation settings of a cell whose learning curve the plan wants (none for the others)."""
+    if cell.name not in plan.curves:
+        return {}
+    return {"val_data": str(data_dir / "benchmarks" / plan.eval[0]), "val_every": plan.curves[cell.name]}
 
 
 @contextlib.contextmanager

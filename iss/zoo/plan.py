@@ -12,7 +12,12 @@ so each cell gets ``milestone - K_p``)::
      "eval": ["Set5", "Set14", "B100"],
      "defaults": {"batch": 32, "patch": 64, "lr": 2e-4, "seed": 0, "checkpoint_dtype": "fp16"},
      "groups": [{"arch": "swinir-light", "scale": 4, "ratio": 0.95, "iters": 4000, "prune_iters": 2000,
-                 "milestones": [3200, 3600], "methods": ["iss-p", "iht", "l1"]}, ...]}
+                 "milestones": [3200, 3600], "methods": ["iss-p", "iht", "l1"]}, ...],
+     "curves": {"swinir-light_x4_iss-p_r0.95": 500}}
+
+``curves`` (optional) names cells whose learning curve is wanted: they validate on the first ``eval`` set every
+so many iterations (``val_psnr`` in their ``log.jsonl``). Validation changes no weight or batch, so it is not
+part of the budget.
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ class Cell:
         """The ``iss.train`` configuration of this cell (``overrides``: device, threads, compile...)."""
         base = TrainConfig(arch=self.arch, scale=self.scale, method=self.method, ratio=self.ratio)
         prune_iters = self.prune_iters if "prune_iters" in pruner_options(base) else 0
-        return TrainConfig(
+        fields = dict(
             arch=self.arch,
             scale=self.scale,
             method=self.method,
@@ -111,8 +116,8 @@ class Cell:
             val_data=None,
             log_every=100,
             save_every=max(self.iters // 20, 50),
-            **overrides,
         )
+        return TrainConfig(**{**fields, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
@@ -126,6 +131,7 @@ class Plan:
     eval: list[str]
     cells: list[Cell]
     path: Path | None = None
+    curves: dict[str, int] = field(default_factory=dict)  # cell name: validate every so many iterations
 
     def cell(self, name: str) -> Cell:
         """The cell called ``name``; ``KeyError`` lists the plan's cells."""
@@ -144,7 +150,8 @@ def load_plan(path: str | os.PathLike) -> Plan:
         raise ValueError(f"cannot read plan {path}: {e}") from e
     if not isinstance(raw, dict) or raw.get("version") != 1 or not isinstance(raw.get("groups"), list):
         raise ValueError(f'{path}: expected {{"version": 1, "groups": [...]}}')
-    if unknown := sorted(set(raw) - {"version", "description", "train_data", "eval", "defaults", "groups"}):
+    known = {"version", "description", "train_data", "eval", "defaults", "groups", "curves"}
+    if unknown := sorted(set(raw) - known):
         raise ValueError(f"{path}: unknown fields {unknown}")
     defaults = raw.get("defaults", {})
     cells = [
@@ -160,7 +167,14 @@ def load_plan(path: str | os.PathLike) -> Plan:
         first = budgets.setdefault(c.group, c)
         if _budget(first) != _budget(c):
             raise ValueError(f"{path}: {c.name} has another budget than {first.name} of the same group")
-    return Plan(list(raw.get("train_data", [])), list(raw.get("eval", [])), cells, path)
+    curves = raw.get("curves", {})
+    if not isinstance(curves, dict) or not all(isinstance(v, int) and v > 0 for v in curves.values()):
+        raise ValueError(f'{path}: "curves" should map cell names to positive iteration counts')
+    if unplanned := sorted(set(curves) - set(names)):
+        raise ValueError(f"{path}: curves of cells not in the plan: {', '.join(unplanned)}")
+    if curves and not raw.get("eval"):
+        raise ValueError(f'{path}: "curves" validate on the first "eval" set; the plan has none')
+    return Plan(list(raw.get("train_data", [])), list(raw.get("eval", [])), cells, path, dict(curves))
 
 
 def _budget(cell: Cell) -> dict[str, Any]:

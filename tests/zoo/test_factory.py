@@ -108,6 +108,29 @@ def test_a_cell_paused_at_its_deadline_resumes_exactly(
     assert record.metrics["Set5"]["psnr"] == pytest.approx(dense["Set5"]["psnr"], abs=1e-3)
 
 
+def test_a_curve_cell_logs_set5_without_changing_its_weights(tmp_path: Path, data_dir: Path) -> None:
+    """A cell in the plan's ``curves`` validates on Set5 every 10 iterations; its weights are those of a run
+    that never validated (the budget is the same)."""
+    path = _plan(tmp_path)
+    raw = json.loads(path.read_text())
+    plain = load_plan(path).cells[0]
+    path.write_text(json.dumps({**raw, "curves": {plain.name: 10}}))
+    plan = load_plan(path)
+    torch.set_num_threads(1)
+    straight = plain.config([str(data_dir / "train" / "a")], tmp_path / "straight", device="cpu", threads=1)
+    list(train.train(straight))
+
+    factory.run_cell(plan, plain.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    folder = tmp_path / "work" / plain.name
+    log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in log if "val_psnr" in r] == [10, 20, 30, 40]
+    finished, reference = (
+        _tensors(folder / "model.safetensors"),
+        _tensors(Path(straight.out) / "model.safetensors"),
+    )
+    assert all(torch.equal(finished[k], reference[k]) for k in reference)
+
+
 def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) -> None:
     plan = load_plan(_plan(tmp_path))
     factory.CellRecord(plan.cells[0].to_dict(), iterations=3).write(tmp_path / "work" / plan.cells[0].name)

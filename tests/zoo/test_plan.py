@@ -75,6 +75,16 @@ def test_mistakes_name_the_group_and_field(tmp_path: Path, change: dict, message
         load_plan(_write(tmp_path, [group]))
 
 
+def test_curves_name_planned_cells_and_positive_intervals(tmp_path: Path) -> None:
+    group = {"arch": "swinir-light", "scale": 2, "ratio": 0.9, "iters": 10, "methods": ["l1"]}
+    plan = load_plan(_write(tmp_path, [group], curves={"swinir-light_x2_l1_r0.9": 5}))
+    assert plan.curves == {"swinir-light_x2_l1_r0.9": 5}
+    with pytest.raises(ValueError, match="not in the plan: swinir-light_x2_iht_r0.9"):
+        load_plan(_write(tmp_path, [group], curves={"swinir-light_x2_iht_r0.9": 5}))
+    with pytest.raises(ValueError, match="positive"):
+        load_plan(_write(tmp_path, [group], curves={"swinir-light_x2_l1_r0.9": 0}))
+
+
 def test_a_cell_planned_twice_is_refused(tmp_path: Path) -> None:
     group = {"arch": "swinir-light", "scale": 2, "ratio": 0.9, "iters": 10, "methods": ["l1"]}
     with pytest.raises(ValueError, match="planned twice"):
