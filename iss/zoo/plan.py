@@ -15,9 +15,9 @@ so each cell gets ``milestone - K_p``)::
                  "milestones": [3200, 3600], "methods": ["iss-p", "iht", "l1"]}, ...],
      "curves": {"swinir-light_x4_iss-p_r0.95": 500}}
 
-``curves`` (optional) names cells whose learning curve is wanted: they validate on the first ``eval`` set every
-so many iterations (``val_psnr`` in their ``log.jsonl``). Validation changes no weight or batch, so it is not
-part of the budget.
+``curves`` (optional) names cells whose learning curve is wanted: they validate on the first ``eval`` set
+every so many iterations (``val_psnr`` in their ``log.jsonl``). Validation changes no weight or batch, so
+it is not part of the budget.
 """
 
 from __future__ import annotations
