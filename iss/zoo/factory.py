@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,40 +97,57 @@ def run_cell(
     jobs: int = 1,
 ) -> CellRecord:
     """Train (or continue) one cell until it is done or ``until`` (a ``time.time()``) comes; then evaluate
-    it on the plan's sets that fit in the time left. Returns the cell's record, also written to disk."""
-    from iss.train import train
-
+    it on the plan's sets that fit in the time left. Returns the cell's record, also written to disk.
+    SIGTERM pauses it cleanly at any point, however often it comes (a group kill and the factory's own)."""
     cell = plan.cell(name)
     folder = work / cell.name
     record = CellRecord.read(folder, cell)
     record.jobs, record.git_commit = jobs, record.git_commit or git_commit()
-    if not record.trained:
-        cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-        config = cell.config(
-            [str(data_dir / d) for d in plan.train_data],
-            folder,
-            device=device,
-            threads=threads,
-            compile=cell.compile and cuda,
-            **_curve(plan, cell, data_dir),
-        )
+    with _on_sigterm() as terminated:
         deadline = time.monotonic() + (until - time.time())
-        recorder = _recorder(plan, cell, folder, config)
-        began = time.perf_counter()
-        with _on_sigterm() as terminated:
-            stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731
-            for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
-                record.iterations = event.iteration
-                if recorder:
-                    recorder.observe(event)
-        if recorder:
-            recorder.write()
-        record.train_seconds += time.perf_counter() - began
-        record.device = device_name(config.device)
-        record.write(folder)
-    if record.trained:
-        evaluate_cell(record, folder, plan.eval, data_dir / "benchmarks", until, device=device)
+        stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731
+        if not record.trained:
+            _train_cell(plan, cell, record, folder, data_dir, stop, device=device, threads=threads)
+        if record.trained:
+            benchmarks = data_dir / "benchmarks"
+            evaluate_cell(record, folder, plan.eval, benchmarks, until, device=device, stop=terminated.is_set)
     return record
+
+
+def _train_cell(
+    plan: Plan,
+    cell: Cell,
+    record: CellRecord,
+    folder: Path,
+    data_dir: Path,
+    stop: Callable[[], bool],
+    *,
+    device: str,
+    threads: int | None,
+) -> None:
+    """Run ``cell``'s training loop until it is done or ``stop()``; update its record."""
+    from iss.train import train
+
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    config = cell.config(
+        [str(data_dir / d) for d in plan.train_data],
+        folder,
+        device=device,
+        threads=threads,
+        compile=cell.compile and cuda,
+        **_curve(plan, cell, data_dir),
+    )
+    recorder = _recorder(plan, cell, folder, config)
+    began = time.perf_counter()
+    for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
+        record.iterations = event.iteration
+        if recorder:
+            recorder.observe(event)
+    if recorder:
+        recorder.write()
+    record.train_seconds += time.perf_counter() - began
+    record.device = device_name(config.device)
+    record.write(folder)
 
 
 def _curve(plan: Plan, cell: Cell, data_dir: Path) -> dict[str, Any]:
@@ -190,9 +207,11 @@ def evaluate_cell(
     until: float | None = None,
     *,
     device: str = "auto",
+    stop: Callable[[], bool] = lambda: False,
 ) -> None:
     """Add the metrics of ``folder/model.safetensors`` on ``datasets`` not measured yet, set by set, while
-    the next set is expected to finish before ``until``; sets missing from ``benchmarks`` are skipped."""
+    the next set is expected to finish before ``until`` and ``stop()`` is false; sets missing from
+    ``benchmarks`` are skipped."""
     from iss.checkpoint import load
     from iss.data import BenchmarkSet
     from iss.evaluate import evaluate
@@ -214,7 +233,7 @@ def evaluate_cell(
     for name in todo:
         bench = BenchmarkSet(benchmarks, name, record.cell["scale"])
         mpixels = sum(s.hr.size for s in bench) / 3e6
-        if until is not None and time.time() + rate * mpixels > until:
+        if stop() or (until is not None and time.time() + rate * mpixels > until):
             return
         began = time.perf_counter()
         record.metrics.update(

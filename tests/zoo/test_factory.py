@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -129,6 +130,33 @@ def test_a_curve_cell_logs_set5_without_changing_its_weights(tmp_path: Path, dat
         _tensors(Path(straight.out) / "model.safetensors"),
     )
     assert all(torch.equal(finished[k], reference[k]) for k in reference)
+
+
+def test_a_sigterm_after_training_pauses_instead_of_killing(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group kill (``kill -TERM -- -PGID``) reaches a cell twice, from the shell and from the factory; one
+    that comes after the training loop (here: as evaluation starts) must not kill it either: the record is
+    written, the evaluation left for the next call."""
+    plan = load_plan(_plan(tmp_path))
+    cell = plan.cells[0]
+    evaluate = factory.evaluate_cell
+
+    def terminated_then_evaluate(*args, **kwargs) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        evaluate(*args, **kwargs)
+
+    leaked = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: leaked.append(True))  # not the default: kill pytest
+    try:
+        monkeypatch.setattr(factory, "evaluate_cell", terminated_then_evaluate)
+        torch.set_num_threads(1)
+        record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not leaked and record.trained and not record.metrics
+    saved = json.loads((tmp_path / "work" / cell.name / "cell.json").read_text())
+    assert saved["iterations"] == cell.iters and saved["train_seconds"] > 0
 
 
 def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) -> None:
