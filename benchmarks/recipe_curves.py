@@ -10,6 +10,12 @@ times per run, so every recipe is scored at the same CPU minutes. Runs are resum
     python benchmarks/recipe_curves.py report --work ../zoo-runs/recipes \\
         --json benchmarks/results/recipe_curves_swinir-light_x4.json
 
+``cell`` reports the curve of a zoo cell the plan validates (its ``curves``; EDSR-L x2 ISS-P r0.95 in the CPU
+plan), at the nominal idle CPU minutes of the mode it picked::
+
+    python benchmarks/recipe_curves.py cell --work ../zoo-runs/cpu2/edsr-l_x2_iss-p_r0.95 \\
+        --json benchmarks/results/recipe_curve_edsr-l_x2.json
+
 The recipes: ``today`` (the zoo's: eager fp32, LR 2e-4 constant while pruning then halved at 80% and 90%),
 ``fast`` (the same on the fastest precision and compilation this CPU has), ``fast-cosine`` (that, with a 2.5x
 peak LR, 1,000 warm-up steps and a cosine to 0 over both stages). K_p is half the budget in every recipe.
@@ -122,9 +128,37 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cell_curve(args: argparse.Namespace) -> int:
+    """Set5 PSNR of one zoo cell along its training, as markdown and JSON."""
+    folder = Path(args.work)
+    records = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+    start = next(r for r in records if r.get("event") == "start")
+    config, speeds = start["config"], start.get("mode_speeds") or {}
+    mode = f"{'compiled' if config['compile'] else 'eager'} {'bf16' if config['amp'] else 'fp32'}"
+    speed = speeds.get(mode)
+    points = [
+        {"iteration": r["iteration"], "stage": r["stage"], "set5_psnr": round(r["val_psnr"], 3),
+         "idle_minutes": round(r["iteration"] / speed / 60, 1) if speed else None}
+        for r in records if "val_psnr" in r
+    ]  # fmt: skip
+    result = {
+        "cell": folder.name, "cpu": cpu_signature(), "mode": mode, "idle_steps_per_second": speed,
+        "iters": config["iters"], "prune_iters": config["prune_iters"], "batch": config["batch"],
+        "patch": config["patch"], "lr": config["lr"], "schedule": config["schedule"], "curve": points,
+    }  # fmt: skip
+    budget = f"{config['iters']} iterations, K_p {config['prune_iters']}"
+    print(f"{folder.name}: {mode} ({speed} it/s idle), {budget}")
+    print("| iteration | stage | idle CPU minutes (nominal) | Set5 PSNR (dB) |\n|---|---|---|---|")
+    for p in points:
+        print(f"| {p['iteration']:,} | {p['stage']} | {p['idle_minutes']} | {p['set5_psnr']:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=("run", "report"))
+    p.add_argument("action", choices=("run", "report", "cell"))
     p.add_argument("--work", default=str(ROOT.parent / "zoo-runs" / "recipes"))
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--arch", default="swinir-light")
@@ -133,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=48.0)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    return run(args) if args.action == "run" else report(args)
+    return {"run": run, "report": report, "cell": cell_curve}[args.action](args)
 
 
 if __name__ == "__main__":
