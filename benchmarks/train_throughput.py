@@ -2,12 +2,15 @@
 the data cost inside a step. The zoo plan's budgets are set from these figures (``python -m iss zoo budget``).
 
 * ``eager``: fp32, ``torch.optim.Adam`` (foreach), patches cut by a DataLoader on the CPU and copied over.
-* ``fast``: what ``iss.train`` does for the zoo plan on CUDA: bf16 autocast, fused Adam, ``torch.compile``,
+* ``fast``: what ``iss.train`` does for the zoo plan on CUDA: bf16 autocast, ``torch.compile``,
   channels-last for convnets; on every device patches cut there from uint8 images kept there
   (``iss.data.DevicePatches``) and no host synchronisation inside a step. On the CPU it is eager fp32.
 * ``eager-fp32``, ``eager-bf16``, ``compiled-fp32``, ``compiled-bf16``: the four modes ``iss.train
   --pick-mode`` times and chooses from on a CPU (bf16 autocast and/or ``torch.compile``; fp32 master weights
   and Adam), with the ``fast`` data path.
+
+Every mode but ``eager`` steps ``iss.train``'s Adam, the fused kernel; ``--adam foreach`` gives them the
+multi-tensor one instead (what ``iss.train`` used on CPUs before: run both to compare).
 
 Each mode runs ``--warmup`` steps (compilation happens there and is reported), then ``--steps`` timed steps
 of ISS-P in its pruning stage (the costliest stage: selection every step). The pruner's and the data's shares
@@ -89,6 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--tiny", action="store_true", help="tiny models, 2x8 patches: checks the script quickly")
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "train" / "T91")
+    p.add_argument("--adam", default="fused", choices=("fused", "foreach"), help="Adam of the fast modes")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # JSON job of one concurrent process
     args = p.parse_args(argv)
@@ -100,7 +104,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build(
-    arch: str, scale: int, batch: int, patch: int, mode: str, device: torch.device, tiny: bool, data: Path
+    arch: str,
+    scale: int,
+    batch: int,
+    patch: int,
+    mode: str,
+    device: torch.device,
+    tiny: bool,
+    data: Path,
+    adam: str = "fused",
 ) -> tuple[Trainer, Any]:
     """A Trainer with ISS-P (r=0.95, pruning stage) and its batch source, set up as ``mode`` says."""
     if mode not in MODES:
@@ -115,7 +127,7 @@ def build(
     pruner = pruning.build("iss-p", model, 0.95, prune_iters=10**9)
     net = torch.compile(model) if compiled else model
     trainer = Trainer(net, pruner, TrainConfig(arch=arch, scale=scale, amp=amp))
-    if not fast:  # the plain optimizer, not the fused one Trainer picks on CUDA
+    if not fast or adam == "foreach":  # the multi-tensor optimizer, not Trainer's fused one
         trainer.optimizer = torch.optim.Adam(model.parameters(), lr=2e-4, betas=(0.9, 0.99), foreach=True)
     trainer.channels_last = channels_last
     patches = TrainPatches(data, scale, patch, length=10**7, seed=0)
@@ -142,7 +154,7 @@ def seconds_per_step(trainer: Trainer, batches: Any, steps: int, device: torch.d
 def measure(args: argparse.Namespace, arch: str, batch: int, patch: int, mode: str) -> dict[str, Any]:
     """Steps/s of one mode and configuration, with the pruner's and the data's shares of a step."""
     device = torch.device(args.device)
-    trainer, batches = build(arch, args.scale, batch, patch, mode, device, args.tiny, args.data)
+    trainer, batches = build(arch, args.scale, batch, patch, mode, device, args.tiny, args.data, args.adam)
     began = time.perf_counter()
     seconds_per_step(trainer, batches, args.warmup, device, reuse=False)
     warmup = time.perf_counter() - began
@@ -190,6 +202,8 @@ def concurrent(args: argparse.Namespace, arch: str, batch: int, patch: int, jobs
         str(args.seconds),
         "--data",
         str(args.data),
+        "--adam",
+        args.adam,
         "--worker",
         json.dumps(job),
     ] + (["--tiny"] if args.tiny else [])
@@ -224,9 +238,8 @@ def worker(args: argparse.Namespace) -> None:
     """One concurrent process: warm up, say ``ready``, wait for ``go``, train ``--seconds``, print it/s."""
     job = json.loads(args.worker)
     device = torch.device(args.device)
-    trainer, batches = build(
-        job["arch"], args.scale, job["batch"], job["patch"], job["mode"], device, args.tiny, args.data
-    )
+    shape = job["arch"], args.scale, job["batch"], job["patch"], job["mode"]
+    trainer, batches = build(*shape, device, args.tiny, args.data, args.adam)
     seconds_per_step(trainer, batches, args.warmup, device, reuse=False)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -273,7 +286,8 @@ def _report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     print(_line(rows[-1]), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        result = {"command": " ".join(sys.argv), "cpu": cpu_signature(), "torch": torch.__version__}
+        result = {"command": " ".join(sys.argv), "cpu": cpu_signature(), "torch": torch.__version__,
+                  "adam": args.adam}  # fmt: skip
         result["rows"] = rows
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 
