@@ -121,7 +121,8 @@ def test_adam_is_the_fused_kernel_on_the_cpu_and_steps_like_the_multi_tensor_one
     model = nn.Conv2d(3, 3, 3)
     reference = torch.optim.Adam([p.detach().clone().requires_grad_() for p in model.parameters()],
                                  lr=1e-3, betas=(0.9, 0.99), foreach=True)  # fmt: skip
-    trainer = Trainer(model, _StandInPruner(model, 0.5, prune_iters=1), TrainConfig(iters=5, prune_iters=1, lr=1e-3))
+    config = TrainConfig(iters=5, prune_iters=1, lr=1e-3)
+    trainer = Trainer(model, _StandInPruner(model, 0.5, prune_iters=1), config)
     assert trainer.optimizer.defaults["fused"]
     for _ in range(3):
         for ours, theirs in zip(model.parameters(), reference.param_groups[0]["params"], strict=True):
