@@ -13,6 +13,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import iss.pruning
+from iss.pruning import telemetry
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))  # SwinIR-light with a few thousand weights
@@ -125,6 +126,14 @@ class NoHostSync(TorchFunctionMode):
          "__format__", "is_nonzero", "nonzero", "argwhere", "unique", "unique_consecutive", "masked_select",
          "repeat_interleave", "equal", "allclose", "cpu", "numpy", "tensor", "as_tensor"}
     )  # fmt: skip
+
+    def __enter__(self):
+        telemetry.CPU_NUMPY = False  # a GPU has no NumPy fast paths: test the torch ops it runs
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        telemetry.CPU_NUMPY = True
+        return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")

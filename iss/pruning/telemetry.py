@@ -29,8 +29,19 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import pairwise
 
+import numpy as np
 import torch
 from torch import Tensor
+
+# Bits set in each byte value, for popcount on the CPU.
+_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+# CPU tensors take NumPy's faster kernels where exact (tests that stand the CPU in for a GPU turn this off).
+CPU_NUMPY = True
+
+
+def numpy_path(t: Tensor) -> bool:
+    """Whether ``t`` goes through the CPU's NumPy fast paths."""
+    return CPU_NUMPY and t.device.type == "cpu"
 
 
 @dataclass(frozen=True)
@@ -83,10 +94,30 @@ def grad_moments(sums: Tensor, n: int) -> Tensor:
     return torch.stack([s[:, 2].sqrt(), var_abs, var_signed], dim=1)
 
 
+def count_true(mask: Tensor) -> Tensor:
+    """Per-row count of a (rows, n) bool tensor as (rows, 1) int64. On the CPU NumPy counts, ~10x faster
+    than torch's bool sum there (the pruners count masks of millions of weights every step)."""
+    if numpy_path(mask):
+        return torch.from_numpy(mask.numpy().sum(axis=1, dtype=np.int64, keepdims=True))
+    return _count_true_torch(mask)
+
+
+def _count_true_torch(mask: Tensor) -> Tensor:
+    """``count_true`` off the CPU (tested on it against the NumPy path)."""
+    return mask.sum(1, keepdim=True, dtype=torch.int32).long()  # int32 sums are ~6x faster than int64
+
+
 def pack_bits(mask: Tensor) -> Tensor:
     """A bool tensor as flat uint8, 8 entries a byte, the first in the lowest bit (little-endian machines)."""
-    flat = mask.reshape(-1).view(torch.uint8)
-    words = torch.nn.functional.pad(flat, (0, -flat.numel() % 8)).view(torch.int64)  # 8 bytes of 0/1 each
+    flat = mask.reshape(-1)
+    if numpy_path(flat):  # NumPy's packbits: ~100x the bit tricks below on a CPU
+        return torch.from_numpy(np.packbits(flat.numpy(), bitorder="little"))
+    return _pack_bits_torch(flat)
+
+
+def _pack_bits_torch(flat: Tensor) -> Tensor:
+    """``pack_bits`` of a flat bool tensor off the CPU, in int64 words (tested on it against NumPy)."""
+    words = torch.nn.functional.pad(flat.view(torch.uint8), (0, -flat.numel() % 8)).view(torch.int64)
     # Move the 0/1 of byte i to bit i: gather pairs, then nibbles, then the byte (no overflow, no carries).
     words = (words | words >> 7) & 0x0003000300030003
     words = (words | words >> 14) & 0x0000000F0000000F
@@ -101,6 +132,13 @@ def unpack_bits(packed: Tensor, numel: int) -> Tensor:
 
 def popcount(packed: Tensor) -> Tensor:
     """Number of set bits in a uint8 tensor, as an int64 scalar tensor (bit-parallel adds per byte)."""
+    if numpy_path(packed):
+        return torch.tensor(int(_BITS[packed.numpy()].sum(dtype=np.int64)))
+    return _popcount_torch(packed)
+
+
+def _popcount_torch(packed: Tensor) -> Tensor:
+    """``popcount`` off the CPU (tested on it against the NumPy path)."""
     x = packed - (packed >> 1 & 0x55)
     x = (x & 0x33) + (x >> 2 & 0x33)
     return ((x + (x >> 4)) & 0x0F).sum(dtype=torch.int64)
@@ -129,7 +167,7 @@ class DriftTracker:
 
     def record(self, group: int, rows: Tensor, old: Tensor, new: Tensor) -> None:
         """Count the flips between old and new masks of some rows (layers) of a group; the mask changes."""
-        self.flips[group].index_add_(0, rows, (old ^ new).sum(1, dtype=torch.int32).long())
+        self.flips[group].index_add_(0, rows, count_true(old ^ new).view(-1))
         self._changed[group] = True
 
     def end_iteration(self) -> None:

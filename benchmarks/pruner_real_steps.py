@@ -1,0 +1,83 @@
+"""The pruner's share of real training steps: resume a run's ``state.pt`` (its weights, Adam moments, pruner
+and batch stream) and time ``--steps`` steps and the ``pruner.step()`` inside them.
+
+How much the exact per-layer selection costs depends on how many weights cross the threshold each step,
+which random-init benchmarks (``pruning_overhead.py``) understate: in EDSR-L's real training, most of its
+64 body convs change their selection every step. The last line hashes the weights and masks after the
+steps: two versions of the code that print the same hash train bit for bit alike. ``--code`` times another
+checkout's ``iss`` (e.g. a ``git worktree`` of an older commit) on the same state::
+
+    python benchmarks/pruner_real_steps.py ../zoo-runs/cpu2/edsr-l_x2_iss-p_r0.95/state.pt --steps 8
+    python benchmarks/pruner_real_steps.py STATE --steps 8 --code /tmp/old-checkout
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("state", type=Path, help="a training run's state.pt")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data", help="holds train/...")
+    p.add_argument("--code", type=Path, default=ROOT, help="the checkout whose iss is timed")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(args.code))
+    import torch
+
+    from iss import archs, pruning
+    from iss.train import TrainConfig
+    from iss.train.config import pruner_options
+    from iss.train.loop import Trainer, _batches, _Dist, _set_rng_state
+
+    torch.set_num_threads(args.threads)
+    state = torch.load(args.state, map_location="cpu", weights_only=True)
+    saved = {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
+    data = tuple(str(args.data_dir / Path(*Path(d).parts[-2:])) for d in saved["train_data"])
+    config = TrainConfig(**saved)  # amp as the run picked it; eager, since compiling is not timed here
+    config = dataclasses.replace(config, train_data=data, out=None, val_data=None, compile=False)
+    model = archs.build(config.arch, config.scale, **config.arch_kwargs)
+    pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
+    trainer = Trainer(model, pruner, config)
+    model.load_state_dict(state["model"])
+    trainer.load_state_dict(state["trainer"])
+    pruner.load_state_dict(state["pruner"])
+    _set_rng_state(state["rng"][0])
+    batches = _batches(config, _Dist(), torch.device("cpu"), state["iteration"])
+
+    pruner_seconds, step = 0.0, pruner.step
+
+    def timed_step() -> None:
+        nonlocal pruner_seconds
+        began = time.perf_counter()
+        step()
+        pruner_seconds += time.perf_counter() - began
+
+    pruner.step = timed_step
+    began = time.perf_counter()
+    for _, (lr, hr) in zip(range(args.steps), batches, strict=False):
+        trainer.step(lr, hr)
+    seconds = time.perf_counter() - began
+    digest = hashlib.sha256()
+    for tensor in [*model.state_dict().values(), *pruner.masks.values()]:
+        digest.update(tensor.contiguous().numpy().tobytes())
+    print(
+        f"{config.arch} x{config.scale} {config.method} from iteration {state['iteration']}, "
+        f"{args.steps} steps, {'bf16' if config.amp else 'fp32'}, {args.threads} thread(s), {args.code}: "
+        f"{1000 * seconds / args.steps:.0f} ms/step, pruner {1000 * pruner_seconds / args.steps:.0f} ms "
+        f"({100 * pruner_seconds / seconds:.0f}%), weights+masks sha256 {digest.hexdigest()[:16]}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
