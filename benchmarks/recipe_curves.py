@@ -11,7 +11,8 @@ times per run, so every recipe is scored at the same CPU minutes. Runs are resum
         --json benchmarks/results/recipe_curves_swinir-light_x4.json
 
 ``cell`` reports the curve of a zoo cell the plan validates (its ``curves``; EDSR-L x2 ISS-P r0.95 in the CPU
-plan), at the nominal idle CPU minutes of the mode it picked::
+plan), at the nominal idle CPU minutes of the mode it picked (its measured speed, pruner selection not
+included) and at the minutes it really trained (wall time, whatever else shared the CPU)::
 
     python benchmarks/recipe_curves.py cell --work ../zoo-runs/cpu2/edsr-l_x2_iss-p_r0.95 \\
         --json benchmarks/results/recipe_curve_edsr-l_x2.json
@@ -136,11 +137,16 @@ def cell_curve(args: argparse.Namespace) -> int:
     config, speeds = start["config"], start.get("mode_speeds") or {}
     mode = f"{'compiled' if config['compile'] else 'eager'} {'bf16' if config['amp'] else 'fp32'}"
     speed = speeds.get(mode)
-    points = [
-        {"iteration": r["iteration"], "stage": r["stage"], "set5_psnr": round(r["val_psnr"], 3),
-         "idle_minutes": round(r["iteration"] / speed / 60, 1) if speed else None}
-        for r in records if "val_psnr" in r
-    ]  # fmt: skip
+    points, before = [], 0.0  # seconds trained by earlier processes (a cell pauses and resumes)
+    for r in records:
+        if r.get("event") == "paused":
+            before += r["elapsed"]
+        elif "val_psnr" in r:
+            points.append({
+                "iteration": r["iteration"], "stage": r["stage"], "set5_psnr": round(r["val_psnr"], 3),
+                "idle_minutes": round(r["iteration"] / speed / 60, 1) if speed else None,
+                "wall_minutes": round((before + r.get("elapsed", 0.0)) / 60, 1),
+            })  # fmt: skip
     result = {
         "cell": folder.name, "cpu": cpu_signature(), "mode": mode, "idle_steps_per_second": speed,
         "iters": config["iters"], "prune_iters": config["prune_iters"], "batch": config["batch"],
@@ -148,9 +154,11 @@ def cell_curve(args: argparse.Namespace) -> int:
     }  # fmt: skip
     budget = f"{config['iters']} iterations, K_p {config['prune_iters']}"
     print(f"{folder.name}: {mode} ({speed} it/s idle), {budget}")
-    print("| iteration | stage | idle CPU minutes (nominal) | Set5 PSNR (dB) |\n|---|---|---|---|")
+    print("| iteration | stage | idle minutes (nominal) | wall minutes | Set5 PSNR (dB) |")
+    print("|---|---|---|---|---|")
     for p in points:
-        print(f"| {p['iteration']:,} | {p['stage']} | {p['idle_minutes']} | {p['set5_psnr']:.2f} |")
+        minutes = f"{p['idle_minutes']} | {p['wall_minutes']}"
+        print(f"| {p['iteration']:,} | {p['stage']} | {minutes} | {p['set5_psnr']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0

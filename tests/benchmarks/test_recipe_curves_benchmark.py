@@ -67,14 +67,16 @@ def test_a_zoo_cell_curve_is_timed_by_the_mode_it_picked(tmp_path: Path, capsys)
               "amp": True, "compile": False}  # fmt: skip
     speeds = {"eager fp32": 0.7, "eager bf16": 1.25, "compiled fp32": 0.75, "compiled bf16": 1.2}
     lines = [{"event": "start", "iteration": 0, "config": config, "mode_speeds": speeds},
-             {"iteration": 1000, "stage": "prune", "val_psnr": 33.123},
+             {"event": "paused", "iteration": 600, "elapsed": 600.0},
+             {"event": "resume", "iteration": 600, "config": config, "mode_speeds": speeds},
+             {"iteration": 1000, "stage": "prune", "val_psnr": 33.123, "elapsed": 300.0},
              {"iteration": 1100, "stage": "prune", "loss": 0.1}]  # fmt: skip
     (tmp_path / "log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     args = _args(tmp_path)
     args.json = str(tmp_path / "out.json")
     assert bench.cell_curve(args) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "| 1,000 | prune | 13.3 | 33.12 |"
+    assert capsys.readouterr().out.splitlines()[-1] == "| 1,000 | prune | 13.3 | 15.0 | 33.12 |"
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["mode"] == "eager bf16" and result["curve"] == [
-        {"iteration": 1000, "stage": "prune", "set5_psnr": 33.123, "idle_minutes": 13.3}
+        {"iteration": 1000, "stage": "prune", "set5_psnr": 33.123, "idle_minutes": 13.3, "wall_minutes": 15.0}
     ]
