@@ -5,7 +5,8 @@ How much the exact per-layer selection costs depends on how many weights cross t
 which random-init benchmarks (``pruning_overhead.py``) understate: in EDSR-L's real training, most of its
 64 body convs change their selection every step. The last line hashes the weights and masks after the
 steps: two versions of the code that print the same hash train bit for bit alike. ``--code`` times another
-checkout's ``iss`` (e.g. a ``git worktree`` of an older commit) on the same state::
+checkout's ``iss`` (e.g. a ``git worktree`` of an older commit) on the same state. Run it from where the run
+ran (its training-data paths are relative; the zoo factory's are ``../shared/data/...``)::
 
     python benchmarks/pruner_real_steps.py ../zoo-runs/cpu2/edsr-l_x2_iss-p_r0.95/state.pt --steps 8
     python benchmarks/pruner_real_steps.py STATE --steps 8 --code /tmp/old-checkout
@@ -28,7 +29,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("state", type=Path, help="a training run's state.pt")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data", help="holds train/...")
     p.add_argument("--code", type=Path, default=ROOT, help="the checkout whose iss is timed")
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.code))
@@ -37,22 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     from iss import archs, pruning
     from iss.train import TrainConfig
     from iss.train.config import pruner_options
-    from iss.train.loop import Trainer, _batches, _Dist, _set_rng_state
+    from iss.train.loop import Trainer, _batches, _Dist, _restore
 
     torch.set_num_threads(args.threads)
-    state = torch.load(args.state, map_location="cpu", weights_only=True)
-    saved = {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
-    data = tuple(str(args.data_dir / Path(*Path(d).parts[-2:])) for d in saved["train_data"])
-    config = TrainConfig(**saved)  # amp as the run picked it; eager, since compiling is not timed here
-    config = dataclasses.replace(config, train_data=data, out=None, val_data=None, compile=False)
+    saved = torch.load(args.state, map_location="cpu", weights_only=True)["config"]
+    config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+    config = dataclasses.replace(config, out=None, val_data=None)  # amp as the run picked it
     model = archs.build(config.arch, config.scale, **config.arch_kwargs)
     pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
     trainer = Trainer(model, pruner, config)
-    model.load_state_dict(state["model"])
-    trainer.load_state_dict(state["trainer"])
-    pruner.load_state_dict(state["pruner"])
-    _set_rng_state(state["rng"][0])
-    batches = _batches(config, _Dist(), torch.device("cpu"), state["iteration"])
+    start = _restore(args.state, config, model, trainer, pruner, _Dist())
+    batches = _batches(config, _Dist(), torch.device("cpu"), start)
 
     pruner_seconds, step = 0.0, pruner.step
 
@@ -71,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for tensor in [*model.state_dict().values(), *pruner.masks.values()]:
         digest.update(tensor.contiguous().numpy().tobytes())
     print(
-        f"{config.arch} x{config.scale} {config.method} from iteration {state['iteration']}, "
+        f"{config.arch} x{config.scale} {config.method} from iteration {start}, "
         f"{args.steps} steps, {'bf16' if config.amp else 'fp32'}, {args.threads} thread(s), {args.code}: "
         f"{1000 * seconds / args.steps:.0f} ms/step, pruner {1000 * pruner_seconds / args.steps:.0f} ms "
         f"({100 * pruner_seconds / seconds:.0f}%), weights+masks sha256 {digest.hexdigest()[:16]}"

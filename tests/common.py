@@ -128,11 +128,11 @@ class NoHostSync(TorchFunctionMode):
     )  # fmt: skip
 
     def __enter__(self):
-        telemetry.CPU_NUMPY = False  # a GPU has no NumPy fast paths: test the torch ops it runs
+        self._cpu_numpy, telemetry.CPU_NUMPY = telemetry.CPU_NUMPY, False  # a GPU runs the torch ops
         return super().__enter__()
 
     def __exit__(self, *exc):
-        telemetry.CPU_NUMPY = True
+        telemetry.CPU_NUMPY = self._cpu_numpy
         return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -191,9 +191,13 @@ def gap_threshold(a: Tensor, below: Tensor, shrink: float = 1.0) -> Tensor:
 
 def _gap_ends_torch(a: Tensor, below: Tensor) -> tuple[Tensor, Tensor]:
     """Largest selected and smallest other value per row, off the CPU (tested on it against NumPy)."""
-    return a.masked_fill(~below, 0.0).amax(1, keepdim=True), a.masked_fill(below, float("inf")).amin(
-        1, keepdim=True
-    )
+    largest_below = a.masked_fill(~below, 0.0).amax(1, keepdim=True)
+    return largest_below, a.masked_fill(below, float("inf")).amin(1, keepdim=True)
+
+
+def _take(t: Tensor, rows: Tensor) -> Tensor:
+    """Rows ``rows`` of ``t``: ``t`` itself when they are all of them (usual while weights move: no copy)."""
+    return t if rows.numel() == t.shape[0] else t.index_select(0, rows)
 
 
 def as_words(mask: Tensor) -> Tensor:
@@ -540,14 +544,13 @@ class Pruner:
                 rows = differing_rows(candidate, g.kept).nonzero()[:, 0]
                 if rows.numel() == 0:
                     continue
-                every = rows.numel() == g.kept.shape[0]  # the usual case while weights move: no copy
-                sub = a if every else a.index_select(0, rows)
-                below, _ = select_smallest(sub, g.k, g.tau if every else g.tau.index_select(0, rows))
+                sub = _take(a, rows)
+                below, _ = select_smallest(sub, g.k, _take(g.tau, rows))
                 g.tau.index_copy_(0, rows, gap_threshold(sub, below, self._shrink_factor))
                 kept = ~below
-            old = g.kept.clone() if rows.numel() == g.kept.shape[0] else g.kept.index_select(0, rows)
+            old = _take(g.kept, rows)  # read before g.kept changes below
             if fixed_rows is not None:
-                kept = torch.where(fixed_rows[i].index_select(0, rows), old, kept)
+                kept = torch.where(_take(fixed_rows[i], rows), old, kept)
             if not self.sync_free and same_mask(old, kept):
                 continue
             self._tracker.record(i, rows, old, kept)

@@ -58,7 +58,7 @@ class Trainer:
         self.model = model
         self.pruner = pruner
         self.config = config
-        fused = next(model.parameters()).device.type in ("cpu", "cuda")  # one pass: 2.7x foreach on a CPU
+        fused = next(model.parameters()).device.type in ("cpu", "cuda")  # CPU steps 1.1x faster than foreach
         self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=config.betas, fused=fused)
         self.finetune_steps = 0
         self.amp = bool(config.amp)
