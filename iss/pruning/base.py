@@ -22,9 +22,9 @@ batched op. Two modes give bit-identical masks, weights and telemetry (``sync_fr
 by the weights' device):
 
 * fast path (CPU): each step compares ``|w| > tau`` (tau from the last selection) word-wise with the mask;
-  only the layers whose selection changed are selected again, where a small top-k repairs tau (a batched
-  ``kthvalue`` only as a fallback). A step costs a few elementwise passes, but deciding what to skip reads
-  device values on the host (``nonzero``, ``int``, ``bool``);
+  only the layers whose selection changed are selected again, where a search next to tau repairs it (a
+  batched ``kthvalue`` only as a fallback). A step costs a few elementwise passes, but deciding what to
+  skip reads device values on the host (``nonzero``, ``int``, ``bool``);
 * sync-free (CUDA): every layer is selected every step with fixed-shape ops (a batched ``kthvalue``, ties
   by a cumulative sum, masks and the shrink scale by ``torch.where``), so ``before_step()``/``step()`` only
   queue work and the host never waits for the GPU. On the CPU, where nothing is waited for, that costs 4x
@@ -122,7 +122,7 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
     The set is canonical: the k smallest values, ties at the k-th value resolved towards the lower index.
     Without ``hint``: one batched ``kthvalue`` and fixed-shape ops (no host sync). ``hint`` (rows, 1) is a
     previous threshold (this path reads device values on the host): when ``count(a <= hint) == k`` the set
-    is already exact; when it is off by a few, a small top-k inside the too-big or too-small side finds the
+    is already exact; when it is off by a few, the values next to it on the too-big or too-small side give the
     k-th value; otherwise ``kthvalue``. Every path gives the same set.
     """
     if hint is None:
@@ -144,25 +144,41 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
 
 def _repair_threshold(a: Tensor, below: Tensor, miss: Tensor, worst: int, hint: Tensor) -> Tensor:
     """k-th smallest per row when ``a <= hint`` selects ``k + miss`` entries (``|miss| <= worst``)."""
+    if numpy_path(a) and a.dtype == torch.float32:
+        tau = hint.numpy().copy()
+        for row in np.flatnonzero(miss.numpy()):
+            tau[row, 0] = _kth_near(a[row].numpy(), tau[row, 0], int(miss[row, 0]))
+        return torch.from_numpy(tau)
     tau = hint.clone()
     if bool((miss > 0).any()):
         # Too many below: the k-th smallest is the (miss+1)-th largest among those below.
-        top = _where(below, a, float("-inf")).topk(worst + 1, dim=1).values
+        top = torch.where(below, a, float("-inf")).topk(worst + 1, dim=1).values
         tau = torch.where(miss > 0, top.gather(1, miss.clamp(min=0)), tau)
     if bool((miss < 0).any()):
         # Too few below: the k-th smallest is the (-miss)-th smallest among those above.
-        low = _where(below, float("inf"), a).topk(worst, dim=1, largest=False).values
+        low = torch.where(below, float("inf"), a).topk(worst, dim=1, largest=False).values
         tau = torch.where(miss < 0, low.gather(1, (-miss - 1).clamp(min=0)), tau)
     return tau
 
 
-def _where(condition: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:
-    """``torch.where``, through NumPy for float32 on the CPU (half the time there: no temporaries)."""
-    tensor = x if isinstance(x, Tensor) else y
-    if not numpy_path(tensor) or tensor.dtype != torch.float32:
-        return torch.where(condition, x, y)
-    as_np = lambda v: v.numpy() if isinstance(v, Tensor) else np.float32(v)  # noqa: E731
-    return torch.from_numpy(np.where(condition.numpy(), as_np(x), as_np(y)))
+def _kth_near(row: np.ndarray, hint: np.float32, miss: int) -> np.float32:
+    """The k-th smallest of ``row`` where ``row <= hint`` holds for ``k + miss`` entries (``miss != 0``).
+
+    It is the (miss+1)-th largest at or below ``hint`` (miss > 0), or the (-miss)-th smallest above it: found
+    among the values of a band next to ``hint`` that widens until it holds that many (the CPU's repair: only
+    a few weights cross a step's threshold, so this reads each row once instead of a masked top-k's copy).
+    """
+    need = miss + 1 if miss > 0 else -miss
+    first = float(hint) * 8 * need / row.size
+    for width in (*(first * 4.0**i for i in range(8)), np.inf):
+        if miss > 0:
+            band = row[(row <= hint) & (row > np.float32(hint - width))]
+        else:
+            band = row[(row > hint) & (row <= np.float32(hint + width))]
+        if band.size >= need:
+            break
+    nth = band.size - need if miss > 0 else need - 1
+    return np.partition(band, nth)[nth]
 
 
 def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
@@ -173,20 +189,39 @@ def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
     return less | (equal & (equal.cumsum(1, dtype=torch.int32) <= need))
 
 
-def gap_threshold(a: Tensor, below: Tensor, shrink: float = 1.0) -> Tensor:
+def gap_threshold(a: Tensor, below: Tensor, tau: Tensor, shrink: float = 1.0) -> Tensor:
     """Per-row threshold halfway between the largest selected value (times ``shrink``) and the smallest other.
 
-    Any value in that gap separates the selection; the middle of it stays a separator longest while the
-    weights move, which is what makes the next steps' ``|w| > tau`` check succeed.
+    ``below`` is a selection made at ``tau`` (every value under it selected, none over it, ties at it either
+    way), as ``select_smallest`` returns. Any value in the gap separates the selection; its middle stays a
+    separator longest while the weights move, which is what makes the next steps' ``|w| > tau`` check succeed.
     """
-    if numpy_path(a) and a.dtype == torch.float32:  # NumPy reduces in place, 2x torch's copies
-        values, selected = a.numpy(), below.numpy()
-        largest = np.max(values, axis=1, where=selected, initial=0.0, keepdims=True)
-        smallest = np.min(values, axis=1, where=~selected, initial=np.inf, keepdims=True)
-        largest_below, smallest_kept = torch.from_numpy(largest), torch.from_numpy(smallest)
+    if numpy_path(a) and a.dtype == torch.float32:
+        ends = _gap_ends_numpy(a.numpy(), below.numpy(), tau.numpy())
+        largest_below, smallest_kept = (torch.from_numpy(end) for end in ends)
     else:
         largest_below, smallest_kept = _gap_ends_torch(a, below)
     return (shrink * largest_below + smallest_kept) / 2
+
+
+def _gap_ends_numpy(a: np.ndarray, below: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Largest selected and smallest other value per row, on the CPU: a selection made at tau has both next
+    to tau, so each row reads only a band around it that widens until it holds one of each (5x less work than
+    masked reductions over the rows)."""
+    largest, smallest = np.zeros_like(tau), np.full_like(tau, np.inf)
+    for r, (row, t) in enumerate(zip(a, tau[:, 0], strict=True)):
+        first = abs(float(t)) * 64 / row.size
+        for width in (*(first * 4.0**i for i in range(8)), np.inf):
+            near = np.flatnonzero((row > np.float32(t - width)) & (row <= np.float32(t + width)))
+            selected = below[r, near]
+            if selected.any() and not selected.all():
+                break
+        values = row[near]
+        if selected.any():
+            largest[r, 0] = max(values[selected].max(), 0.0)
+        if not selected.all():
+            smallest[r, 0] = values[~selected].min()
+    return largest, smallest
 
 
 def _gap_ends_torch(a: Tensor, below: Tensor) -> tuple[Tensor, Tensor]:
@@ -518,8 +553,8 @@ class Pruner:
         a = g.magnitudes() if a is None else a
         if self.nm is not None:
             return select_nm(a, *self.nm)
-        below, _ = select_smallest(a, g.k)
-        gap = gap_threshold(a, below, self._shrink_factor)
+        below, tau = select_smallest(a, g.k)
+        gap = gap_threshold(a, below, tau, self._shrink_factor)
         if g.tau is None:
             g.tau = gap
         else:
@@ -545,8 +580,8 @@ class Pruner:
                 if rows.numel() == 0:
                     continue
                 sub = _take(a, rows)
-                below, _ = select_smallest(sub, g.k, _take(g.tau, rows))
-                g.tau.index_copy_(0, rows, gap_threshold(sub, below, self._shrink_factor))
+                below, tau = select_smallest(sub, g.k, _take(g.tau, rows))
+                g.tau.index_copy_(0, rows, gap_threshold(sub, below, tau, self._shrink_factor))
                 kept = ~below
             old = _take(g.kept, rows)  # read before g.kept changes below
             if fixed_rows is not None:

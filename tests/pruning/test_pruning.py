@@ -120,8 +120,9 @@ def test_select_smallest_all_paths_agree_with_reference(seed):
 def test_gap_threshold_sits_in_the_post_shrink_gap():
     a = torch.tensor([[1.0, 2.0, 3.0, 10.0], [4.0, 0.0, 8.0, 6.0]])
     below = torch.tensor([[True, True, False, False], [True, True, False, False]])
-    assert gap_threshold(a, below).flatten().tolist() == [2.5, 5.0]
-    assert gap_threshold(a, below, 0.5).flatten().tolist() == [2.0, 4.0]
+    tau = torch.tensor([[2.0], [4.0]])  # the selection's threshold
+    assert gap_threshold(a, below, tau).flatten().tolist() == [2.5, 5.0]
+    assert gap_threshold(a, below, tau, 0.5).flatten().tolist() == [2.0, 4.0]
 
 
 def test_select_nm():
@@ -695,17 +696,46 @@ def test_the_cpu_numpy_paths_equal_the_torch_paths_other_devices_take():
     for rows, n in ((1, 1), (3, 61), (5, 640), (2, 4099)):
         a = torch.rand(rows, n, generator=g)
         a[:, : n // 3] = a[:, :1]  # ties
-        below = a <= a.median(1, keepdim=True).values
+        median = a.median(1, keepdim=True).values
+        below = a <= median
         assert torch.equal(telemetry.count_true(below), telemetry._count_true_torch(below))
         assert torch.equal(telemetry.pack_bits(below), telemetry._pack_bits_torch(below.reshape(-1)))
         packed = telemetry.pack_bits(below)
         assert torch.equal(telemetry.popcount(packed), telemetry._popcount_torch(packed))
-        for selected in (below, torch.zeros_like(below), torch.ones_like(below)):
-            gap = base.gap_threshold(a, selected, 0.95)
+        k = int((a < a[:, :1]).sum(1).min()) + 1  # the k-th smallest is the tied value in some row
+        ties_split = base.select_smallest(a, k)
+        if n > 3:
+            assert bool(((a <= ties_split[1]).sum(1) > k).any())  # its ties fall on both sides
+        selections = [(below, median), ties_split, (below & False, a.amin(1, keepdim=True) - 1)]
+        for selected, tau in [*selections, (below | True, a.amax(1, keepdim=True))]:
+            gap = base.gap_threshold(a, selected, tau, 0.95)
             largest, smallest = base._gap_ends_torch(a, selected)
             assert torch.equal(gap, (0.95 * largest + smallest) / 2)
-            for x, y in ((a, float("-inf")), (float("inf"), a)):
-                assert torch.equal(base._where(selected, x, y), torch.where(selected, x, y))
+
+
+@pytest.mark.parametrize("shift", [-0.3, -1e-3, 0.0, 1e-3, 0.3, -1e9])
+def test_the_threshold_repair_finds_the_kth_value_on_both_paths(shift, monkeypatch):
+    """A hint off by a few entries (or many, or at zero) is repaired to each row's exact k-th smallest,
+    by the CPU's band search and by the masked top-k the other devices take; ties included."""
+    from iss.pruning import base, telemetry
+
+    g = torch.Generator().manual_seed(1)
+    for rows, n in ((1, 2), (4, 61), (6, 5000)):
+        a = torch.rand(rows, n, generator=g)
+        a[:, : n // 4] = a[:, :1]  # ties
+        a[0, : n // 2] = 0.0  # zeros, as IHT leaves them
+        k = max(1, n - n // 5)
+        tau = a.kthvalue(k, 1, keepdim=True).values
+        hint = (tau + shift).clamp(min=0.0)
+        below = hint >= a
+        miss = telemetry.count_true(below) - k
+        worst = int(miss.abs().max())
+        on_cpu = base._repair_threshold(a, below, miss, worst, hint)
+        monkeypatch.setattr(telemetry, "CPU_NUMPY", False)
+        elsewhere = base._repair_threshold(a, below, miss, worst, hint)
+        monkeypatch.setattr(telemetry, "CPU_NUMPY", True)
+        expected = torch.where(miss == 0, hint, tau)  # a hint that selects k already stays
+        assert torch.equal(on_cpu, expected) and torch.equal(elsewhere, expected)
 
 
 def test_sync_free_is_the_default_on_cuda_only():
