@@ -2,16 +2,19 @@
 # One device call of a short GPU lease (issue 31): measure the plan's first group, size its budget to the
 # time left, train its first cells at once, evaluate them on Set5 and bring them back under $OUT.
 #   device run, carry [".gpu"]:  bash benchmarks/gpu_round.sh
-# Environment: ROUND_SECONDS (wall time of the whole script, default 540), JOBS (cells at once, default 4),
-# PLAN (default checkpoints/zoo_plan.json), CONFIG (batch x LR patch, default the plan's 32x64),
-# ARCH (default swinir-light), WORK (default /root/zoo), DATA (default .gpu/data).
+# Environment: ROUND_SECONDS (wall time of the whole script, default 540), PLAN (default
+# checkpoints/zoo_plan.json), ARCH and JOBS (default: the plan's first group's backbone and its number of
+# methods, all trained at once), CONFIG (batch x LR patch, default the plan's 32x64), WORK (default
+# /root/zoo), DATA (default .gpu/data).
 set -u
 start=$SECONDS
-ROUND_SECONDS=${ROUND_SECONDS:-540} JOBS=${JOBS:-4} PLAN=${PLAN:-checkpoints/zoo_plan.json}
-CONFIG=${CONFIG:-32x64} ARCH=${ARCH:-swinir-light} WORK=${WORK:-/root/zoo} DATA=${DATA:-.gpu/data}
+ROUND_SECONDS=${ROUND_SECONDS:-540} PLAN=${PLAN:-checkpoints/zoo_plan.json}
+CONFIG=${CONFIG:-32x64} WORK=${WORK:-/root/zoo} DATA=${DATA:-.gpu/data}
 OUT=${OUT:?set OUT to the folder whose files come back}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ISS_GIT_COMMIT=${ISS_GIT_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null)}
 python=$(command -v python3 || command -v python)
+first_group() { "$python" -c "import json; print(json.load(open('$PLAN'))['groups'][0]$1)"; }
+ARCH=${ARCH:-$(first_group "['arch']")} JOBS=${JOBS:-$(first_group "['methods'].__len__()")}
 left() { echo $((ROUND_SECONDS - (SECONDS - start))); }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
