@@ -13,8 +13,9 @@ CONFIG=${CONFIG:-32x64} WORK=${WORK:-/root/zoo} DATA=${DATA:-.gpu/data}
 OUT=${OUT:?set OUT to the folder whose files come back}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ISS_GIT_COMMIT=${ISS_GIT_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null)}
 python=$(command -v python3 || command -v python)
-first_group() { "$python" -c "import json; print(json.load(open('$PLAN'))['groups'][0]$1)"; }
-ARCH=${ARCH:-$(first_group "['arch']")} JOBS=${JOBS:-$(first_group "['methods'].__len__()")}
+read -r first_arch first_size < <("$python" -c "import json, sys; g = json.load(open(sys.argv[1]))['groups'][0]
+print(g['arch'], len(g['methods']))" "$PLAN")
+ARCH=${ARCH:-$first_arch} JOBS=${JOBS:-$first_size}
 left() { echo $((ROUND_SECONDS - (SECONDS - start))); }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null

@@ -169,8 +169,7 @@ def _kth_near(row: np.ndarray, hint: np.float32, miss: int) -> np.float32:
     a few weights cross a step's threshold, so this reads each row once instead of a masked top-k's copy).
     """
     need = miss + 1 if miss > 0 else -miss
-    first = float(hint) * 8 * need / row.size
-    for width in (*(first * 4.0**i for i in range(8)), np.inf):
+    for width in _band_widths(hint, 8 * need / row.size):
         if miss > 0:
             band = row[(row <= hint) & (row > np.float32(hint - width))]
         else:
@@ -179,6 +178,13 @@ def _kth_near(row: np.ndarray, hint: np.float32, miss: int) -> np.float32:
             break
     nth = band.size - need if miss > 0 else need - 1
     return np.partition(band, nth)[nth]
+
+
+def _band_widths(center: float, fraction: float) -> tuple[float, ...]:
+    """Half-widths of a band around ``center`` for the searches above: ``fraction`` of it, growing 4x a try,
+    then the whole row (so a search always ends)."""
+    first = abs(float(center)) * fraction
+    return (*(first * 4.0**i for i in range(8)), np.inf)
 
 
 def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
@@ -210,8 +216,7 @@ def _gap_ends_numpy(a: np.ndarray, below: np.ndarray, tau: np.ndarray) -> tuple[
     masked reductions over the rows)."""
     largest, smallest = np.zeros_like(tau), np.full_like(tau, np.inf)
     for r, (row, t) in enumerate(zip(a, tau[:, 0], strict=True)):
-        first = abs(float(t)) * 64 / row.size
-        for width in (*(first * 4.0**i for i in range(8)), np.inf):
+        for width in _band_widths(t, 64 / row.size):
             near = np.flatnonzero((row > np.float32(t - width)) & (row <= np.float32(t + width)))
             selected = below[r, near]
             if selected.any() and not selected.all():
