@@ -426,16 +426,18 @@ def precision(config: TrainConfig) -> str:
 
 
 def mode_speeds(config: TrainConfig, seconds: float = 4.0) -> dict[str, float]:
-    """Training steps per second of each of ``MODES`` for this run's backbone, method, batch and LR patch on
+    """Training steps per second of each of ``MODES`` for this run's backbone, scale, batch and LR patch on
     this CPU, measured once per CPU, torch version, shape and thread count (cached in ``cache_dir()``):
     the CPUs this project trains on differ from day to day (bf16 pays on AVX512_BF16/AMX, not on AVX2).
-    Each mode's speed is the best of two probes taken in opposite orders, so that a burst of other work
-    (the factory's other cell compiling, say) cannot make a mode look slow for every run of this shape."""
+    The pruner runs in fp32 outside autocast and compilation, the same in every mode, so the other methods
+    of a group reuse the first one's speeds (CAT-R's compiled probes take minutes). Each mode's speed is the
+    best of two probes taken in opposite orders, so that a burst of other work (the factory's other cell
+    compiling, say) cannot make a mode look slow for every run of this shape."""
     from iss.data import cache_dir
 
     path = cache_dir() / "train_modes.json"
     known = json.loads(path.read_text()) if path.is_file() else {}
-    shape = [config.arch, config.arch_kwargs, config.scale, config.method, config.batch, config.patch]
+    shape = [config.arch, config.arch_kwargs, config.scale, config.batch, config.patch]
     key = json.dumps([cpu_signature(), torch.__version__, torch.get_num_threads(), *shape])
     if key not in known:
         found: dict[str, float] = {}

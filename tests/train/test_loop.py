@@ -469,6 +469,7 @@ def test_mode_speeds_are_measured_once_per_machine_and_shape(
     assert speeds == {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 5.0, "compiled bf16": 11.0}
     assert train_mod.fastest_mode(speeds) == {"amp": True, "compile": True}  # not fooled by the burst
     assert train_mod.mode_speeds(config) == speeds and len(calls) == 8  # cached
+    assert train_mod.mode_speeds(dataclasses.replace(config, method="l1")) == speeds and len(calls) == 8
     train_mod.mode_speeds(dataclasses.replace(config, batch=3))
     assert len(calls) == 16  # another shape is measured again
     assert (
