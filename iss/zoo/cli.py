@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", parents=[cached], help="print the zoo table")
     table = sub.add_parser("table", parents=[common], help="markdown tables: metrics, budgets, the paper's")
     table.add_argument("--overview", action="store_true", help="a row per cell: Set5/Urban100 (README)")
+    table.add_argument(
+        "--write", type=Path, metavar="FILE", action="append", default=[],
+        help="replace the table between this command's zoo-table markers in FILE instead of printing it",
+    )  # fmt: skip
     fetch = sub.add_parser("fetch", parents=[cached], help="resolve every entry (Hub, cache or bundled copy)")
     fetch.add_argument("--offline", action="store_true", help="use only the Hub cache and bundled files")
     fetch.add_argument("--timeout", type=float, default=None, help="seconds to wait for the Hub (default 10)")
@@ -73,7 +77,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.zoo_command == "table":
         entries = load_zoo(args.manifest)
-        print(overview_table(entries) if args.overview else markdown_table(entries))
+        text = overview_table(entries) if args.overview else markdown_table(entries)
+        command = "python -m iss zoo table" + (" --overview" if args.overview else "")
+        for path in args.write:
+            replace_marked(path, command, text)
+            print(f"{path}: table updated")
+        if not args.write:
+            print(text)
         return 0
     manifest = args.manifest or DEFAULT_ZOO
     if args.dry_run is not None:
@@ -93,6 +103,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"published {args.repo}@{args.revision}: commit {commit}")
     print(f"pinned every entry of {manifest} to {args.repo}@{commit}")
     return 0
+
+
+def replace_marked(path: Path, command: str, text: str) -> None:
+    """Put ``text`` between the lines ``<!-- zoo-table: COMMAND -->`` and ``<!-- /zoo-table -->`` of a
+    markdown file, so the README and docs show the zoo as ``zoo table`` prints it."""
+    start, end = f"<!-- zoo-table: {command} -->\n", "<!-- /zoo-table -->"
+    doc = path.read_text() if path.is_file() else ""
+    if start not in doc or end not in doc[doc.index(start) :]:
+        raise UsageError(f"{path} has no '{start.strip()}' ... '{end}' block to write the table into")
+    head, rest = doc.split(start, 1)
+    path.write_text(f"{head}{start}{text}\n{rest[rest.index(end) :]}")
 
 
 def _run_fetch(args: argparse.Namespace) -> int:

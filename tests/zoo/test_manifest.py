@@ -496,6 +496,36 @@ def test_every_bundled_entry_verifies_and_is_exactly_as_sparse_as_claimed() -> N
             assert not weight[~mask].any(), name
 
 
+def test_the_zoo_docs_show_the_zoo_as_it_is() -> None:
+    """docs/zoo.md shows ``python -m iss zoo table`` of the bundled manifest (``--write`` keeps it so)."""
+    doc = (ROOT / "docs" / "zoo.md").read_text()
+    start = doc.index("<!-- zoo-table: python -m iss zoo table -->\n")
+    shown = doc[doc.index("\n", start) + 1 : doc.index("<!-- /zoo-table -->")]
+    assert shown.strip() == zoo.markdown_table(zoo.load_zoo())
+
+
+def test_zoo_table_write_replaces_only_its_own_block(tmp_path: Path, capsys) -> None:
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"version": 1, "entries": []}))
+    doc = tmp_path / "README.md"
+    doc.write_text(
+        "intro\n<!-- zoo-table: python -m iss zoo table --overview -->\nold rows\n<!-- /zoo-table -->\n"
+        "<!-- zoo-table: python -m iss zoo table -->\nother\n<!-- /zoo-table -->\nend\n"
+    )
+    argv = ["zoo", "table", "--manifest", str(manifest), "--overview", "--write", str(doc)]
+    assert cli.main(argv) == 0
+    table = zoo.overview_table([])
+    assert doc.read_text() == (
+        f"intro\n<!-- zoo-table: python -m iss zoo table --overview -->\n{table}\n<!-- /zoo-table -->\n"
+        "<!-- zoo-table: python -m iss zoo table -->\nother\n<!-- /zoo-table -->\nend\n"
+    )
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n")
+    assert cli.main([*argv[:-1], str(plain)]) == 2
+    assert "has no '<!-- zoo-table: python -m iss zoo table --overview -->'" in capsys.readouterr().err
+    assert plain.read_text() == "no markers\n"
+
+
 def test_the_readme_shows_the_zoo_as_it_is() -> None:
     """The README's zoo table is ``python -m iss zoo table --overview`` of the bundled manifest, so the front
     page cannot fall behind a new cell; every PSNR there is the manifest's, each paper row the paper's."""
