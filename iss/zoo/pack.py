@@ -42,6 +42,8 @@ def pack_data(plan: Plan, data_dir: Path, out: Path, *, budget_mib: float, log=p
             f"the training data and the {sum(tracked.values()) / MIB:.1f} MiB of tracked files exceed the "
             f"{budget_mib} MiB budget by {-left / MIB:.1f} MiB; the largest tracked files: "
             + ", ".join(f"{name} ({tracked[name] / MIB:.1f} MiB)" for name in largest)
+            + "; a GPU round needs neither the bundled checkpoints nor the recordings: `bash "
+            "benchmarks/device_tree.sh slim` leaves them behind (docs/training.md)"
         )
     skipped = []
     for name in plan.eval:
