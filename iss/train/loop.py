@@ -28,6 +28,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -635,10 +636,28 @@ def _save_checkpoint(
         "data": _data_label(config.train_data),
         "metrics": {"val_psnr": val_psnr} if val_psnr is not None else {},
         "budget": {"iterations": iteration, "prune_iters": pruner.prune_iters, "batch": config.batch,
-                   "patch": config.patch, "seed": config.seed, "precision": precision(config)},
+                   "patch": config.patch, "seed": config.seed,
+                   "precision": _precision_history(out / "log.jsonl", config)},
     }  # fmt: skip
     masks = pruner.masks if pruner.stage == "finetune" else None
     return checkpoint.save(model, out / "model.safetensors", meta, masks, dtype=config.checkpoint_dtype)
+
+
+def _precision_history(log: Path, config: TrainConfig) -> str:
+    """``compiled bf16``, or ``eager bf16 to 19,931, then compiled bf16`` for a run resumed in another mode
+    (on another CPU, or after its pick was measured again): from the log's start and resume records."""
+    changes: list[tuple[int, str]] = []
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        record = json.loads(line)
+        if record.get("event") in ("start", "resume"):
+            run = record["config"]
+            mode = precision(dataclasses.replace(config, amp=run["amp"], compile=run["compile"]))
+            if not changes or changes[-1][1] != mode:
+                changes.append((record["iteration"], mode))
+    if not changes:
+        return precision(config)
+    ends = [f"{mode} to {until:,}" for (_, mode), (until, _) in pairwise(changes)]
+    return ", then ".join([*ends, changes[-1][1]])
 
 
 def _event_record(event: TrainEvent) -> dict[str, Any]:

@@ -504,3 +504,5 @@ def test_pick_mode_trains_with_the_fastest_and_records_it(
     monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds | {"eager bf16": 1.0})
     resumed = list(train_mod.train(dataclasses.replace(config, iters=5), resume=True))  # another machine
     assert resumed[-1].iteration == 5
+    budget = checkpoint.read_meta(resumed[-1].checkpoint)["budget"]
+    assert budget["precision"] == "eager bf16 to 3, then compiled bf16"  # the budget says how it was trained
