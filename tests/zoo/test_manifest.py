@@ -500,7 +500,7 @@ def test_the_zoo_docs_show_the_zoo_as_it_is() -> None:
     """docs/zoo.md shows ``python -m iss zoo table`` of the bundled manifest (``--write`` keeps it so)."""
     doc = (ROOT / "docs" / "zoo.md").read_text()
     start = doc.index("<!-- zoo-table: python -m iss zoo table -->\n")
-    shown = doc[doc.index("\n", start) + 1 : doc.index("<!-- /zoo-table -->")]
+    shown = doc[doc.index("\n", start) + 1 : doc.index("<!-- /zoo-table -->", start)]
     assert shown.strip() == zoo.markdown_table(zoo.load_zoo())
 
 
@@ -531,7 +531,7 @@ def test_the_readme_shows_the_zoo_as_it_is() -> None:
     page cannot fall behind a new cell; every PSNR there is the manifest's, each paper row the paper's."""
     readme = (ROOT / "README.md").read_text()
     start = readme.index("<!-- zoo-table: python -m iss zoo table --overview -->\n")
-    shown = readme[readme.index("\n", start) + 1 : readme.index("<!-- /zoo-table -->")]
+    shown = readme[readme.index("\n", start) + 1 : readme.index("<!-- /zoo-table -->", start)]
     entries = zoo.load_zoo()
     assert shown.strip() == zoo.overview_table(entries)
     cell = ("swinir-light", 4, 0.95, "iss-p")
