@@ -652,16 +652,20 @@ def run(args: Any) -> int:
 
 
 def format_status(plan: Plan, work: Path) -> str:
-    """A text table of the plan's cells: iterations done, it/s, device, metrics."""
-    rows = [("cell", "iterations", "it/s", "minutes", "metrics (PSNR)", "device")]
+    """A text table of the plan's cells: iterations done, it/s, minutes trained and, for a cell under way,
+    the minutes left at its rate so far, metrics, device."""
+    rows = [("cell", "iterations", "it/s", "minutes", "left", "metrics (PSNR)", "device")]
     for cell, record in status(plan, work):
         metrics = " ".join(f"{k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
+        under_way = 0 < record.iterations < cell.iters and record.steps_per_second > 0
+        left = (cell.iters - record.iterations) / record.steps_per_second / 60 if under_way else None
         rows.append(
             (
                 cell.name,
                 f"{record.iterations}/{cell.iters}",
                 f"{record.steps_per_second:.2f}",
                 f"{record.train_seconds / 60:.1f}",
+                f"{left:.0f}" if left is not None else "-",
                 metrics or "-",
                 record.device or "-",
             )

@@ -167,6 +167,18 @@ def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) 
         factory.status(changed, tmp_path / "work")
 
 
+def test_status_says_how_long_a_cell_under_way_has_left(tmp_path: Path) -> None:
+    plan = load_plan(_plan(tmp_path, iters=(6000, 3000)))
+    first, second = plan.cells[:2]
+    work = tmp_path / "work"
+    factory.CellRecord(first.to_dict(), iterations=1500, train_seconds=300).write(work / first.name)
+    factory.CellRecord(second.to_dict(), iterations=6000, train_seconds=600).write(work / second.name)
+    rows = {line.split()[0]: line.split() for line in factory.format_status(plan, work).splitlines()}
+    assert rows["cell"][:5] == ["cell", "iterations", "it/s", "minutes", "left"]
+    assert rows[first.name][1:5] == ["1500/6000", "5.00", "5.0", "15"]  # 4,500 iterations at 5 it/s
+    assert rows[second.name][1:5] == ["6000/6000", "10.00", "10.0", "-"]
+
+
 @pytest.mark.slow
 def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
