@@ -526,6 +526,19 @@ def test_zoo_table_write_replaces_only_its_own_block(tmp_path: Path, capsys) -> 
     assert plain.read_text() == "no markers\n"
 
 
+def test_the_overview_says_the_budget_where_a_row_mixes_them() -> None:
+    import dataclasses
+
+    x2 = [e for e in zoo.load_zoo() if (e.arch, e.scale, e.ratio) == ("swinir-light", 2, 0.95)]
+    assert len(x2) == 7 and len({e.budget["iterations"] for e in x2}) == 1
+    same = next(line for line in zoo.overview_table(x2).splitlines() if line.startswith("| swinir-light"))
+    assert " it)" not in same
+    longer = dataclasses.replace(x2[0], budget=x2[0].budget | {"iterations": 60000})
+    mixed = next(line for line in zoo.overview_table([longer, *x2[1:]]).splitlines() if "swinir" in line)
+    cells = [c.strip() for c in mixed.strip("|").split("|")][2:]
+    assert sum(c.endswith("(60k it)") for c in cells) == 1 and sum(c.endswith("(6k it)") for c in cells) == 6
+
+
 def test_the_readme_shows_the_zoo_as_it_is() -> None:
     """The README's zoo table is ``python -m iss zoo table --overview`` of the bundled manifest, so the front
     page cannot fall behind a new cell; every PSNR there is the manifest's, each paper row the paper's."""
