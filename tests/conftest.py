@@ -147,10 +147,9 @@ def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> str:
     torch.manual_seed(0)
     model = iss.archs.build("swinir-light", 2, **TINY)
     pruner = iss.pruning.build("iht", model, 0.5, prune_iters=0)
-    path = iss.checkpoint.save(
-        model, folder / "tiny_x2_iht.safetensors", {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY,
-                                                    "method": "iht", "ratio": 0.5}, pruner.masks,
-    )  # fmt: skip
+    meta = {"arch": "swinir-light", "scale": 2, "arch_kwargs": TINY, "method": "iht", "ratio": 0.5,
+            "budget": {"iterations": 1200}}  # fmt: skip
+    path = iss.checkpoint.save(model, folder / "tiny_x2_iht.safetensors", meta, pruner.masks)
     entries = [
         _entry("tiny_x2_iht_r0.5", path, 2, 0.5, "iht", metrics={"Set5": {"psnr": 30.0, "ssim": 0.9}}),
         _entry("missing_x2_iss-p_r0.5", folder / "missing.safetensors", 2, 0.5),

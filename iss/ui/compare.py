@@ -62,7 +62,8 @@ URBAN100_CROPS = {
 }  # x0, y0
 URBAN100_CROP_SIZE = 240
 _FOLDERS = re.compile(r"(?<![\w:/.~])(?:~|\.{1,2})?/(?:[^\s/'\"]+/)+(?=[^\s/'\"])")  # a path's folders
-TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "file size", "time (s)"]
+TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "iterations", "file size",
+                 "time (s)"]  # fmt: skip
 MAX_SECONDS = 60.0  # expected time of one comparison; larger inputs are cropped to their centre to fit
 ZOOM_NOTE = (
     "Each tile shows its method's PSNR over the zoomed region only (dB, Y channel, HR mode): it differs from "
@@ -540,7 +541,7 @@ def compare_steps(
         try:
             sr, row = _run_method(name, arch, lr, scale, ratio, device, sparse, zoo_path, tile)
         except (FileNotFoundError, ValueError, KeyError, OSError) as e:
-            comp.rows.append([name, f"unavailable: {short_reason(e)}", "", "", "", "", ""])
+            comp.rows.append([name, f"unavailable: {short_reason(e)}", "", "", "", "", "", ""])
             if not missing:
                 notes.append(f"{name} is unavailable: {short_reason(e, limit=400)}")
             continue
@@ -596,7 +597,7 @@ def _run_method(
     if name == BICUBIC:
         start = time.perf_counter()
         sr = iss.imresize(lr, scale)
-        return sr, [BICUBIC, "", "", "—", "—", "—", round(time.perf_counter() - start, 3)]
+        return sr, [BICUBIC, "", "", "—", "—", "—", "—", round(time.perf_counter() - start, 3)]
     entry = find_entry(arch, scale, ratio, name, zoo_path).name
     model, meta = load_model(entry, device, sparse, zoo_path)
     if int(meta["scale"]) != scale:
@@ -613,7 +614,9 @@ def _run_method(
     size = f"{meta['size_bytes'] / 1e6:.2f} MB"
     kept_text = f"{kept / 1e3:.0f}k / {total / 1e3:.0f}k ({100 * kept / max(total, 1):.1f}%)"
     timing = f"{seconds:.3f} ({iss.sparse.sparse_path(model)})" if sparse else round(seconds, 3)
-    return sr, [name, "", "", kept_text, meta.get("ratio", ""), size, timing]
+    trained = meta.get("budget", {}).get("iterations", meta.get("iterations"))  # methods of a cell may differ
+    trained_text = f"{trained:,}" if isinstance(trained, int) else "?"
+    return sr, [name, "", "", kept_text, meta.get("ratio", ""), trained_text, size, timing]
 
 
 def _write_pngs(comp: Comparison, out_dir: str | None) -> list[str]:
