@@ -432,7 +432,7 @@ def mode_speeds(config: TrainConfig, seconds: float = 4.0) -> dict[str, float]:
     the CPUs this project trains on differ from day to day (bf16 pays on AVX512_BF16/AMX, not on AVX2).
     The pruner runs in fp32 outside autocast and compilation, the same in every mode, so the other methods
     of a group reuse the first one's speeds (CAT-R's compiled probes take minutes). Each mode's speed is the
-    best of two probes taken in opposite orders, so that a burst of other work (the factory's other cell
+    best of two probes, three other probes apart, so that a burst of other work (the factory's other cell
     compiling, say) cannot make a mode look slow for every run of this shape."""
     from iss.data import cache_dir
 
@@ -442,7 +442,7 @@ def mode_speeds(config: TrainConfig, seconds: float = 4.0) -> dict[str, float]:
     key = json.dumps([cpu_signature(), torch.__version__, torch.get_num_threads(), *shape])
     if key not in known:
         found: dict[str, float] = {}
-        for amp, compiled in MODES + MODES[::-1]:
+        for amp, compiled in MODES * 2:
             mode = dataclasses.replace(config, amp=amp, compile=compiled)
             rate = round(_steps_per_second(mode, seconds), 3)
             found[precision(mode)] = max(rate, found.get(precision(mode), 0.0))
