@@ -498,11 +498,13 @@ def cpu_signature() -> str:
 
 
 def _truncate_log(path: Path, iteration: int) -> None:
-    """Drop log records after ``iteration`` (a killed run logged past its last saved state)."""
+    """Drop log records after ``iteration`` (a killed run logged past its last saved state), and a last line
+    cut short by the kill."""
     if not path.is_file():
         return
     lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if json.loads(line).get("iteration", 0) <= iteration]
+    whole = lines[:-1] if lines and not lines[-1].endswith("\n") else lines
+    kept = [line for line in whole if json.loads(line).get("iteration", 0) <= iteration]
     if len(kept) < len(lines):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(kept))

@@ -182,10 +182,14 @@ def test_resume_equals_uninterrupted_run_bit_for_bit(tiny_run: dict, tmp_path: P
         if event.iteration == 4:  # state.pt was written at iteration 3; iteration 4 is lost as in a kill
             break
     assert _final_state(Path(killed.out))["iteration"] == 3
+    log = Path(killed.out) / "log.jsonl"
+    with log.open("a") as f:
+        f.write('{"iteration": 4, "loss": 0.0')  # the kill cut the last record short
     with pytest.raises(ValueError, match="--resume"):
         next(train_mod.train(killed))
     resumed = list(train_mod.train(killed, resume=True))
     assert [e.iteration for e in resumed] == [4, 5, 6]
+    assert all(isinstance(json.loads(line), dict) for line in log.read_text().splitlines())
     assert [e.loss for e in resumed] == [e.loss for e in events[3:]]
 
     a, b = _final_state(Path(straight.out)), _final_state(Path(killed.out))
