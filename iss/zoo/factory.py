@@ -313,15 +313,15 @@ def train_plan(
 
     until = time.time() + 60 * minutes
     work.mkdir(parents=True, exist_ok=True)
-    (work / "plan.json").write_text(plan.path.read_text())  # what the cells were trained from
-    queue = pending(plan, work, data_dir / "benchmarks")
-    if device == "cpu" or not torch.cuda.is_available():
-        threads = threads or max(1, (os.cpu_count() or 1) // jobs)
-    for scale in sorted({c.scale for c in queue}):  # make the LR of the training images once, not per worker
-        TrainPatches([data_dir / d for d in plan.train_data], scale, 1, length=1)
-    running: dict[str, subprocess.Popen] = {}
-    exits: dict[str, int] = {}
-    with _on_sigterm() as terminated:
+    with _sole_factory(work), _on_sigterm() as terminated:
+        (work / "plan.json").write_text(plan.path.read_text())  # what the cells were trained from
+        queue = pending(plan, work, data_dir / "benchmarks")
+        if device == "cpu" or not torch.cuda.is_available():
+            threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+        for scale in sorted({c.scale for c in queue}):  # the LR of the training images: once, not per worker
+            TrainPatches([data_dir / d for d in plan.train_data], scale, 1, length=1)
+        running: dict[str, subprocess.Popen] = {}
+        exits: dict[str, int] = {}
         while (queue or running) and time.time() < until - 5 and not terminated.is_set():
             while queue and len(running) < jobs:
                 if not keep_going and not _fits(work, plan, queue[0], until - time.time()):
@@ -342,6 +342,31 @@ def train_plan(
             exits[name] = process.wait()
             log(_summary(work, plan.cell(name), exits[name]))
     return exits
+
+
+@contextlib.contextmanager
+def _sole_factory(work: Path) -> Iterator[None]:
+    """Hold ``work/factory.lock`` while training: a second ``zoo train`` on the same folder (say, one left
+    running by an earlier session) would train the same cells at once. The kernel frees it when the process
+    ends, however it ends."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    with (work / "factory.lock").open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise ValueError(
+                f"another zoo train (pid {f.read().strip() or '?'}) is training in {work}: stop it first "
+                "(kill -TERM PID pauses its cells cleanly), or give another --work"
+            ) from None
+        f.truncate(0)
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
 
 
 def _fits(work: Path, plan: Plan, cell: Cell, seconds: float) -> bool:

@@ -167,6 +167,22 @@ def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) 
         factory.status(changed, tmp_path / "work")
 
 
+def test_a_second_factory_on_the_same_work_folder_is_refused(tmp_path: Path, data_dir: Path) -> None:
+    import fcntl
+
+    plan = load_plan(_plan(tmp_path))
+    work = tmp_path / "work"
+    work.mkdir()
+    with (work / "factory.lock").open("w") as held:  # the first factory, still training
+        held.write("4242\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ValueError, match=r"another zoo train \(pid 4242\) is training in"):
+            factory.train_plan(plan, work, data_dir, minutes=1, jobs=1)
+    assert not any(p.is_dir() for p in work.iterdir())  # it started no cell
+    assert not (work / "plan.json").exists()
+
+
 def test_status_says_how_long_a_cell_under_way_has_left(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path, iters=(6000, 3000)))
     first, second = plan.cells[:2]
