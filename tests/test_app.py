@@ -254,6 +254,8 @@ def test_upscale_opens_only_uploaded_files_through_the_raw_http_api(
     assert event == "error" and payload["error"] == app.NOT_UPLOADED
     event, outputs = call(_raw_upload(app_url, secret))
     assert event == "complete" and outputs[5].startswith("swinir-light x4: LR 16x16 to 64x64")
+    table = next(o for o in outputs if isinstance(o, dict) and "headers" in o)
+    assert table["headers"] == compare.TABLE_HEADERS and len(table["data"][0]) == len(compare.TABLE_HEADERS)
 
 
 @pytest.mark.parametrize("iterations", ["abc", 2.5])
