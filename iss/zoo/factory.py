@@ -125,7 +125,8 @@ def _train_cell(
     device: str,
     threads: int | None,
 ) -> None:
-    """Run ``cell``'s training loop until it is done or ``stop()``; update its record."""
+    """Run ``cell``'s training loop until it is done or ``stop()``; update its record with every saved
+    state, so that ``zoo status`` follows a cell under way and a cell killed outright says where it stands."""
     from iss.train import train
 
     cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
@@ -138,15 +139,18 @@ def _train_cell(
         **_curve(plan, cell, data_dir),
     )
     recorder = _recorder(plan, cell, folder, config)
-    began = time.perf_counter()
+    record.device = device_name(config.device)
+    trained, began = record.train_seconds, time.perf_counter()
     for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
         record.iterations = event.iteration
         if recorder:
             recorder.observe(event)
+        if event.saved:
+            record.train_seconds = trained + time.perf_counter() - began
+            record.write(folder)
     if recorder:
         recorder.write()
-    record.train_seconds += time.perf_counter() - began
-    record.device = device_name(config.device)
+    record.train_seconds = trained + time.perf_counter() - began
     record.write(folder)
 
 

@@ -109,6 +109,38 @@ def test_a_cell_paused_at_its_deadline_resumes_exactly(
     assert record.metrics["Set5"]["psnr"] == pytest.approx(dense["Set5"]["psnr"], abs=1e-3)
 
 
+def test_a_cell_killed_outright_shows_where_its_saved_state_stands(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cell.json`` follows each saved ``state.pt``, so ``zoo status`` follows a cell under way and still
+    tells the truth after a kill that left no time to pause; the next call carries on from there."""
+    plan = load_plan(_plan(tmp_path, iters=(120, 30)))  # a state every 50 iterations
+    cell = plan.cells[0]
+
+    class Killed(Exception):
+        pass
+
+    def killed_after_first_save(config: train.TrainConfig, **kwargs: object):
+        for event in real(config, **kwargs):
+            yield event
+            if event.saved:
+                raise Killed
+
+    real = train.train
+    monkeypatch.setattr(train, "train", killed_after_first_save)
+    with pytest.raises(Killed):
+        factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    folder = tmp_path / "work" / cell.name
+    shown = json.loads((folder / "cell.json").read_text())
+    assert shown["iterations"] == 50 and shown["train_seconds"] > 0
+    assert torch.load(folder / "state.pt", weights_only=True)["iteration"] == 50
+    assert "50/120" in factory.format_status(plan, tmp_path / "work")
+
+    monkeypatch.setattr(train, "train", real)
+    record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    assert record.trained and record.train_seconds > shown["train_seconds"]
+
+
 def test_a_curve_cell_logs_set5_without_changing_its_weights(tmp_path: Path, data_dir: Path) -> None:
     """A cell in the plan's ``curves`` validates on Set5 every 10 iterations; its weights are those of a run
     that never validated (the budget is the same)."""
