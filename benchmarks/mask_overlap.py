@@ -3,10 +3,11 @@
     python benchmarks/mask_overlap.py checkpoints/swinir-light_x4_l1_r0.99.safetensors \
         checkpoints/swinir-light_x4_{iss-p,srp,assl}_r0.99.safetensors
 
-For each other checkpoint, prints the share of its kept (nonzero) weights that the reference also kept, per
-kind of layer (``iss.ui.sparsity.layer_type``: ``layers.2.residual_group.blocks.3.mlp.fc1`` counts as
-``mlp.fc1``) and over all pruned layers. The methods of one zoo group start from the same weights, so an L1
-checkpoint as reference (its mask is fixed at initialisation) shows how far each method moved from there.
+For each other checkpoint, prints the share of its kept weights (its stored mask) that the reference also
+kept, per kind of layer (``iss.ui.sparsity.layer_type``: ``layers.2.residual_group.blocks.3.mlp.fc1``
+counts as ``mlp.fc1``) and over all pruned layers. The methods of one zoo group start from the same
+weights, so an L1 checkpoint as reference (its mask is fixed at initialisation) shows how far each method
+moved from there.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from iss import checkpoint
-from iss.ui.sparsity import layer_type, prunable_weights
+from iss.ui.sparsity import layer_type
 
 
 def kept_masks(path: Path) -> dict[str, np.ndarray]:
-    """Nonzero pattern of every prunable (Conv2d/Linear) weight of a checkpoint, by parameter name."""
-    model, _ = checkpoint.load(path)
-    return {name: weight != 0 for name, weight in prunable_weights(model).items()}
+    """The stored mask of every pruned weight of a checkpoint, by parameter name (not its nonzero pattern: a
+    kept weight that training drove under fp16's range is stored as 0 but still kept)."""
+    return {name: mask.numpy() for name, mask in checkpoint.read_masks(path).items()}
 
 
 def shared(reference: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> dict[str, tuple[int, int]]:
