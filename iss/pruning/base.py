@@ -56,7 +56,8 @@ from .telemetry import (
 LEARNABLE = (nn.Conv2d, nn.Linear)
 STAGES = ("prune", "finetune")
 # Largest per-row miss of the threshold hint repaired with a partial top-k (or n/256 if larger): beyond it
-# one kthvalue is cheaper (CPU: top-2049 of 589,824 values costs a quarter of a kthvalue).
+# one kthvalue is cheaper (top-2049 of 589,824 values costs a quarter of a kthvalue). The CPU's band search
+# has no limit: a band holding tens of thousands of values is still far cheaper than a kthvalue of the row.
 _HINT_REPAIR_LIMIT = 128
 
 
@@ -133,7 +134,7 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
     worst = int(miss.abs().max())
     if worst == 0:
         return below, hint
-    if worst > max(_HINT_REPAIR_LIMIT, a.shape[1] // 256):
+    if worst > max(_HINT_REPAIR_LIMIT, a.shape[1] // 256) and not _band_repair(a):
         return select_smallest(a, k)
     tau = _repair_threshold(a, below, miss, worst, hint)
     below = a <= tau
@@ -142,9 +143,14 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
     return below, tau
 
 
+def _band_repair(a: Tensor) -> bool:
+    """Whether the threshold repair of ``a`` is the CPU's band search (NumPy), not a masked top-k."""
+    return numpy_path(a) and a.dtype == torch.float32
+
+
 def _repair_threshold(a: Tensor, below: Tensor, miss: Tensor, worst: int, hint: Tensor) -> Tensor:
     """k-th smallest per row when ``a <= hint`` selects ``k + miss`` entries (``|miss| <= worst``)."""
-    if numpy_path(a) and a.dtype == torch.float32:
+    if _band_repair(a):
         tau = hint.numpy().copy()
         for row in np.flatnonzero(miss.numpy()):
             tau[row, 0] = _kth_near(a[row].numpy(), tau[row, 0], int(miss[row, 0]))
@@ -195,19 +201,22 @@ def _break_ties(a: Tensor, tau: Tensor, k: int) -> Tensor:
     return less | (equal & (equal.cumsum(1, dtype=torch.int32) <= need))
 
 
-def gap_threshold(a: Tensor, below: Tensor, tau: Tensor, shrink: float = 1.0) -> Tensor:
-    """Per-row threshold halfway between the largest selected value (times ``shrink``) and the smallest other.
+def gap_threshold(a: Tensor, below: Tensor, tau: Tensor) -> Tensor:
+    """Per-row threshold halfway between the largest selected value and the smallest other.
 
     ``below`` is a selection made at ``tau`` (every value under it selected, none over it, ties at it either
     way), as ``select_smallest`` returns. Any value in the gap separates the selection; its middle stays a
     separator longest while the weights move, which is what makes the next steps' ``|w| > tau`` check succeed.
+    It is taken before the method shrinks the selected weights: the optimizer moves them back up by about as
+    much each step (IHT's zeroed weights come back at about the learning rate), so the next selection's
+    boundary is near this one's.
     """
     if numpy_path(a) and a.dtype == torch.float32:
         ends = _gap_ends_numpy(a.numpy(), below.numpy(), tau.numpy())
         largest_below, smallest_kept = (torch.from_numpy(end) for end in ends)
     else:
         largest_below, smallest_kept = _gap_ends_torch(a, below)
-    return (shrink * largest_below + smallest_kept) / 2
+    return (largest_below + smallest_kept) / 2
 
 
 def _gap_ends_numpy(a: np.ndarray, below: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -343,9 +352,6 @@ class Pruner:
     """
 
     method: ClassVar[str] = ""
-    # Factor the method applies to unimportant weights right after selecting them (ISS-P: alpha, IHT: 0); it
-    # places the threshold hint inside the gap the shrink opens, so the next steps' fast path holds.
-    _shrink_factor: float = 1.0
 
     def __init__(
         self,
@@ -559,7 +565,7 @@ class Pruner:
         if self.nm is not None:
             return select_nm(a, *self.nm)
         below, tau = select_smallest(a, g.k)
-        gap = gap_threshold(a, below, tau, self._shrink_factor)
+        gap = gap_threshold(a, below, tau)
         if g.tau is None:
             g.tau = gap
         else:
@@ -586,7 +592,7 @@ class Pruner:
                     continue
                 sub = _take(a, rows)
                 below, tau = select_smallest(sub, g.k, _take(g.tau, rows))
-                g.tau.index_copy_(0, rows, gap_threshold(sub, below, tau, self._shrink_factor))
+                g.tau.index_copy_(0, rows, gap_threshold(sub, below, tau))
                 kept = ~below
             old = _take(g.kept, rows)  # read before g.kept changes below
             if fixed_rows is not None:

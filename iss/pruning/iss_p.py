@@ -43,7 +43,7 @@ class ISSP(Pruner):
             raise ValueError(
                 f"alpha must lie in [0, 1) (the shrink factor of unimportant weights), got {alpha}"
             )
-        self.alpha = self._shrink_factor = float(alpha)
+        self.alpha = float(alpha)
         super().__init__(
             model, ratio, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm, window=window,
             sync_free=sync_free,
