@@ -139,7 +139,7 @@ def _train_cell(
         **_curve(plan, cell, data_dir),
     )
     recorder = _recorder(plan, cell, folder, config)
-    record.device = device_name(config.device)
+    record.device = device_name(config.device, config.threads)
     trained, began = record.train_seconds, time.perf_counter()
     for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
         record.iterations = event.iteration
@@ -196,7 +196,8 @@ def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
         "arch": cell.arch, "scale": cell.scale, "ratio": cell.ratio, "alpha": 0.95,
         "prune_iters": config.prune_iters, "iterations": cell.iters, "batch": cell.batch, "patch": cell.patch,
         "lr": cell.lr, "seed": cell.seed, "arch_kwargs": cell.arch_kwargs,
-        "device": device_name(config.device), "data": [Path(d).name for d in config.train_data],
+        "device": device_name(config.device, config.threads),
+        "data": [Path(d).name for d in config.train_data],
         "command": f"python -m iss zoo train --plan {plan.path.name} (cell {cell.name})",
     }  # fmt: skip
     states = (config.prune_iters // 2, config.prune_iters * 3 // 4) if cell.group == recorded[0] else ()
@@ -255,14 +256,15 @@ def evaluate_cell(
         record.write(folder)
 
 
-def device_name(device: str) -> str:
+def device_name(device: str, threads: int | None = None) -> str:
     """``NVIDIA H100 80GB HBM3`` or ``cpu: AMD EPYC avx2 avx512f avx512_bf16 (2 threads)``: what a cell
-    trained on (the vector extensions decide which precision pays)."""
+    trained on (the vector extensions decide which precision pays); ``threads`` is the count it trains with
+    (default: torch's now)."""
     from iss.train.loop import cpu_signature
 
     if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
         return torch.cuda.get_device_name()
-    return f"cpu: {cpu_signature()} ({torch.get_num_threads()} threads)"
+    return f"cpu: {cpu_signature()} ({threads or torch.get_num_threads()} threads)"
 
 
 def git_commit() -> str:

@@ -141,6 +141,20 @@ def test_a_cell_killed_outright_shows_where_its_saved_state_stands(
     assert record.trained and record.train_seconds > shown["train_seconds"]
 
 
+def test_a_cell_records_the_threads_it_trains_with(tmp_path: Path, data_dir: Path) -> None:
+    """The budget's device names the threads the cell trained with (``--threads``), not the count torch had
+    when the cell process started (the zoo's second-round cells said 2 threads where they trained with 1)."""
+    plan = load_plan(_plan(tmp_path))
+    torch.set_num_threads(2)
+    try:
+        record = factory.run_cell(
+            plan, plan.cells[0].name, tmp_path / "work", data_dir, time.time() + 3600, threads=1
+        )
+    finally:
+        torch.set_num_threads(1)
+    assert record.trained and record.device.endswith("(1 threads)")
+
+
 def test_a_curve_cell_logs_set5_without_changing_its_weights(tmp_path: Path, data_dir: Path) -> None:
     """A cell in the plan's ``curves`` validates on Set5 every 10 iterations; its weights are those of a run
     that never validated (the budget is the same)."""
