@@ -143,7 +143,7 @@ def test_a_cell_killed_outright_shows_where_its_saved_state_stands(
 
 def test_a_cell_records_the_threads_it_trains_with(tmp_path: Path, data_dir: Path) -> None:
     """The budget's device names the threads the cell trained with (``--threads``), not the count torch had
-    when the cell process started (the zoo's second-round cells said 2 threads where they trained with 1)."""
+    when the cell process started (an entry and two bundled recordings said 2 threads where they used 1)."""
     plan = load_plan(_plan(tmp_path))
     torch.set_num_threads(2)
     try:
@@ -153,6 +153,8 @@ def test_a_cell_records_the_threads_it_trains_with(tmp_path: Path, data_dir: Pat
     finally:
         torch.set_num_threads(1)
     assert record.trained and record.device.endswith("(1 threads)")
+    config, _ = load_recording(tmp_path / "work" / plan.cells[0].name / "recording")  # the Analysis tab's
+    assert config["device"] == record.device
 
 
 def test_a_curve_cell_logs_set5_without_changing_its_weights(tmp_path: Path, data_dir: Path) -> None:
