@@ -134,7 +134,7 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
     worst = int(miss.abs().max())
     if worst == 0:
         return below, hint
-    if worst > max(_HINT_REPAIR_LIMIT, a.shape[1] // 256) and not _band_repair(a):
+    if worst > max(_HINT_REPAIR_LIMIT, a.shape[1] // 256) and not _band_search(a):
         return select_smallest(a, k)
     tau = _repair_threshold(a, below, miss, worst, hint)
     below = a <= tau
@@ -143,14 +143,15 @@ def select_smallest(a: Tensor, k: int, hint: Tensor | None = None) -> tuple[Tens
     return below, tau
 
 
-def _band_repair(a: Tensor) -> bool:
-    """Whether the threshold repair of ``a`` is the CPU's band search (NumPy), not a masked top-k."""
+def _band_search(a: Tensor) -> bool:
+    """Whether ``a``'s threshold repair and gap ends are searched in a band around the threshold (CPU, NumPy)
+    rather than by masked top-k and reductions over whole rows."""
     return numpy_path(a) and a.dtype == torch.float32
 
 
 def _repair_threshold(a: Tensor, below: Tensor, miss: Tensor, worst: int, hint: Tensor) -> Tensor:
     """k-th smallest per row when ``a <= hint`` selects ``k + miss`` entries (``|miss| <= worst``)."""
-    if _band_repair(a):
+    if _band_search(a):
         tau = hint.numpy().copy()
         for row in np.flatnonzero(miss.numpy()):
             tau[row, 0] = _kth_near(a[row].numpy(), tau[row, 0], int(miss[row, 0]))
@@ -211,7 +212,7 @@ def gap_threshold(a: Tensor, below: Tensor, tau: Tensor) -> Tensor:
     much each step (IHT's zeroed weights come back at about the learning rate), so the next selection's
     boundary is near this one's.
     """
-    if numpy_path(a) and a.dtype == torch.float32:
+    if _band_search(a):
         ends = _gap_ends_numpy(a.numpy(), below.numpy(), tau.numpy())
         largest_below, smallest_kept = (torch.from_numpy(end) for end in ends)
     else:

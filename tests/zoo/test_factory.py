@@ -145,13 +145,14 @@ def test_a_cell_records_the_threads_it_trains_with(tmp_path: Path, data_dir: Pat
     """The budget's device names the threads the cell trained with (``--threads``), not the count torch had
     when the cell process started (an entry and two bundled recordings said 2 threads where they used 1)."""
     plan = load_plan(_plan(tmp_path))
+    previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         record = factory.run_cell(
             plan, plan.cells[0].name, tmp_path / "work", data_dir, time.time() + 3600, threads=1
         )
     finally:
-        torch.set_num_threads(1)
+        torch.set_num_threads(previous)
     assert record.trained and record.device.endswith("(1 threads)")
     config, _ = load_recording(tmp_path / "work" / plan.cells[0].name / "recording")  # the Analysis tab's
     assert config["device"] == record.device
