@@ -4,18 +4,19 @@
 #   device run, carry [".gpu"]:  bash benchmarks/gpu_round.sh
 # Environment: ROUND_SECONDS (wall time of the whole script, default 540), PLAN (default
 # checkpoints/zoo_plan.json), ARCH and JOBS (default: the plan's first group's backbone and its number of
-# methods, all trained at once), CONFIG (batch x LR patch, default the plan's 32x64), WORK (default
+# methods, all trained at once), CONFIG (batch x LR patch, default the first group's), WORK (default
 # /root/zoo), DATA (default .gpu/data).
 set -u
 start=$SECONDS
 ROUND_SECONDS=${ROUND_SECONDS:-540} PLAN=${PLAN:-checkpoints/zoo_plan.json}
-CONFIG=${CONFIG:-32x64} WORK=${WORK:-/root/zoo} DATA=${DATA:-.gpu/data}
+WORK=${WORK:-/root/zoo} DATA=${DATA:-.gpu/data}
 OUT=${OUT:?set OUT to the folder whose files come back}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ISS_GIT_COMMIT=${ISS_GIT_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null)}
 python=$(command -v python3 || command -v python)
-read -r first_arch first_size < <("$python" -c "import json, sys; g = json.load(open(sys.argv[1]))['groups'][0]
-print(g['arch'], len(g['methods']))" "$PLAN")
-ARCH=${ARCH:-$first_arch} JOBS=${JOBS:-$first_size}
+read -r first_arch first_size first_config < <("$python" -c "import json, sys; p = json.load(open(sys.argv[1]))
+g = {'batch': 32, 'patch': 64, **p['defaults'], **p['groups'][0]}
+print(g['arch'], len(g['methods']), f\"{g['batch']}x{g['patch']}\")" "$PLAN")
+ARCH=${ARCH:-$first_arch} JOBS=${JOBS:-$first_size} CONFIG=${CONFIG:-$first_config}
 left() { echo $((ROUND_SECONDS - (SECONDS - start))); }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
