@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .plan import Cell, Plan, load_plan
@@ -204,6 +205,10 @@ def _recorder(plan: Plan, cell: Cell, folder: Path, config: Any) -> Any:
     return TrainRecorder(folder / "recording", cell.method, meta, states=states)
 
 
+class _Stopped(Exception):
+    """Raised inside an evaluation to end it at the next image."""
+
+
 def evaluate_cell(
     record: CellRecord,
     folder: Path,
@@ -215,8 +220,8 @@ def evaluate_cell(
     stop: Callable[[], bool] = lambda: False,
 ) -> None:
     """Add the metrics of ``folder/model.safetensors`` on ``datasets`` not measured yet, set by set, while
-    the next set is expected to finish before ``until`` and ``stop()`` is false; sets missing from
-    ``benchmarks`` are skipped."""
+    the next set is expected to finish before ``until``; ``stop()`` or ``until`` passing ends it within one
+    image, dropping the unfinished set. Sets missing from ``benchmarks`` are skipped."""
     from iss.checkpoint import load
     from iss.data import BenchmarkSet
     from iss.evaluate import evaluate
@@ -234,6 +239,13 @@ def evaluate_cell(
         from iss.sparse import sparsify  # exact: the same outputs within 1e-4, several times faster
 
         model = sparsify(model, exact=True)
+    upscale = model_upscaler(model, device=torch_device)
+
+    def upscale_unless_stopped(lr: np.ndarray) -> np.ndarray:
+        if stop() or (until is not None and time.time() > until):
+            raise _Stopped
+        return upscale(lr)
+
     rate = EVAL_SECONDS_PER_MPIXEL
     for name in todo:
         bench = BenchmarkSet(benchmarks, name, record.cell["scale"])
@@ -241,15 +253,12 @@ def evaluate_cell(
         if stop() or (until is not None and time.time() + rate * mpixels > until):
             return
         began = time.perf_counter()
-        record.metrics.update(
-            evaluate(
-                model_upscaler(model, device=torch_device),
-                [name],
-                record.cell["scale"],
-                benchmarks,
-                progress=False,
+        try:
+            record.metrics.update(
+                evaluate(upscale_unless_stopped, [name], record.cell["scale"], benchmarks, progress=False)
             )
-        )
+        except _Stopped:
+            return
         seconds = time.perf_counter() - began
         record.eval_seconds += seconds
         rate = seconds / mpixels

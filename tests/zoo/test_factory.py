@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -206,6 +207,37 @@ def test_a_sigterm_after_training_pauses_instead_of_killing(
     assert not leaked and record.trained and not record.metrics
     saved = json.loads((tmp_path / "work" / cell.name / "cell.json").read_text())
     assert saved["iterations"] == cell.iters and saved["train_seconds"] > 0
+
+
+def test_a_stop_during_evaluation_ends_it_at_the_next_image(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A factory stopped while a cell evaluates a large set (EDSR-L on Urban100 takes tens of minutes on the
+    CPU) must not wait for the set to end: the evaluation stops at the next image and drops that set, which
+    the next call measures whole, as does a deadline that passes mid-set."""
+    plan = load_plan(_plan(tmp_path))
+    cell = plan.cells[0]
+    torch.set_num_threads(1)
+    record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    folder, benchmarks = tmp_path / "work" / cell.name, data_dir / "benchmarks"
+    measured, record.metrics = record.metrics, {}
+    checks = []
+
+    def stop_after_two_images() -> bool:
+        checks.append(True)
+        return len(checks) > 3  # one check before the set, then one per image
+
+    factory.evaluate_cell(record, folder, ["Set5"], benchmarks, device="cpu", stop=stop_after_two_images)
+    assert record.metrics == {} and len(checks) == 4
+    clock = iter([0.0, 0.0, 10.0])  # the check before the set, the first image, the second: past the deadline
+    fake_time = SimpleNamespace(time=lambda: next(clock), perf_counter=time.perf_counter)
+    with monkeypatch.context() as patched:
+        patched.setattr(factory, "EVAL_SECONDS_PER_MPIXEL", 0.0)
+        patched.setattr(factory, "time", fake_time)
+        factory.evaluate_cell(record, folder, ["Set5"], benchmarks, until=5.0, device="cpu")
+    assert record.metrics == {} and next(clock, None) is None
+    factory.evaluate_cell(record, folder, ["Set5"], benchmarks, device="cpu")
+    assert record.metrics == measured
 
 
 def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) -> None:
