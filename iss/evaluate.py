@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ from iss.cli import UsageError
 from iss.data import BENCHMARKS, BenchmarkSet, benchmark_name, metrics
 from iss.infer import Upscaler, bicubic_upscaler, model_upscaler
 
-__all__ = ["SCALES", "add_arguments", "evaluate", "format_table", "run"]
+__all__ = ["SCALES", "add_arguments", "evaluate", "format_table", "image_scores", "mean_scores", "run"]
 
 SCALES = (2, 3, 4)
 
@@ -49,25 +49,40 @@ def evaluate(
     stays on Y). The progress bar goes to stderr and hides itself when stderr is not a terminal.
     """
     sets = [BenchmarkSet(_root_for(data_dir, name), name, scale) for name in datasets]
-    psnr = metrics.psnr_y if y_channel else metrics.psnr_rgb
     results: dict[str, dict[str, float]] = {}
     with tqdm(total=sum(map(len, sets)), unit="img", disable=None if progress else True) as bar:
         for bench in sets:
             bar.set_description(f"{bench.name} x{scale}")
             scores = []
-            for sample in bench:
-                sr = upscaler(sample.lr)
-                if not isinstance(sr, np.ndarray) or sr.shape != sample.hr.shape or sr.dtype != np.uint8:
-                    got = f"{sr.dtype} {sr.shape}" if isinstance(sr, np.ndarray) else type(sr).__name__
-                    raise ValueError(
-                        f"{bench.name}/{sample.name}: the upscaler returned {got}, expected uint8 "
-                        f"{sample.hr.shape} (x{scale} of the {sample.lr.shape[1]}x{sample.lr.shape[0]} LR)"
-                    )
-                scores.append((psnr(sr, sample.hr, scale), metrics.ssim_y(sr, sample.hr, scale)))
+            for score in image_scores(upscaler, bench, y_channel=y_channel):
+                scores.append(score)
                 bar.update()
-            mean_psnr, mean_ssim = np.mean(scores, axis=0)
-            results[bench.name] = {"psnr": float(mean_psnr), "ssim": float(mean_ssim)}
+            results[bench.name] = mean_scores(scores)
     return results
+
+
+def image_scores(
+    upscaler: Upscaler, bench: BenchmarkSet, *, start: int = 0, y_channel: bool = True
+) -> Iterator[tuple[float, float]]:
+    """(PSNR, SSIM) of each image of ``bench`` from index ``start`` on, one at a time, so that a long
+    evaluation can stop between images and resume later."""
+    psnr = metrics.psnr_y if y_channel else metrics.psnr_rgb
+    for index in range(start, len(bench)):
+        sample = bench[index]
+        sr = upscaler(sample.lr)
+        if not isinstance(sr, np.ndarray) or sr.shape != sample.hr.shape or sr.dtype != np.uint8:
+            got = f"{sr.dtype} {sr.shape}" if isinstance(sr, np.ndarray) else type(sr).__name__
+            raise ValueError(
+                f"{bench.name}/{sample.name}: the upscaler returned {got}, expected uint8 "
+                f"{sample.hr.shape} (x{bench.scale} of the {sample.lr.shape[1]}x{sample.lr.shape[0]} LR)"
+            )
+        yield psnr(sr, sample.hr, bench.scale), metrics.ssim_y(sr, sample.hr, bench.scale)
+
+
+def mean_scores(scores: Sequence[Sequence[float]]) -> dict[str, float]:
+    """A set's metrics: the mean over its images of PSNR and of SSIM."""
+    mean_psnr, mean_ssim = np.mean(scores, axis=0)
+    return {"psnr": float(mean_psnr), "ssim": float(mean_ssim)}
 
 
 def _root_for(data_dir: str | os.PathLike | dict[str, str | os.PathLike], name: str) -> Path:
