@@ -8,9 +8,15 @@ line: ``model = iss.load("swinir-light_x4_iss-p_r0.95")``, then ``iss.upscale(mo
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __version__ = "0.1.0"
+
+# Large CPU tensors on transparent huge pages: torch reads this at its first allocation (not at import), so
+# it holds when ``iss`` comes first. glibc maps every buffer over 32 MiB afresh and faults it in 4 KiB at a
+# time; on large images that made sparse EDSR-L x2 1.37x slower (docs/sparse-inference.md). 0 opts out.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 _SUBMODULES = (
     "archs", "pruning", "data", "train", "checkpoint", "infer", "evaluate", "sparse", "zoo", "registry",
