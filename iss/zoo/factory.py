@@ -103,6 +103,8 @@ def run_cell(
     folder = work / cell.name
     record = CellRecord.read(folder, cell)
     record.jobs, record.git_commit = jobs, record.git_commit or git_commit()
+    if threads:
+        torch.set_num_threads(threads)  # also when the cell only evaluates: its cores, as it trained
     with _on_sigterm() as terminated:
         deadline = time.monotonic() + (until - time.time())
         stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731

@@ -159,6 +159,30 @@ def test_a_cell_records_the_threads_it_trains_with(tmp_path: Path, data_dir: Pat
     assert config["device"] == record.device
 
 
+def test_a_cell_that_only_evaluates_keeps_to_its_threads(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker started for a trained cell (a factory restarted during its evaluation) evaluates on the
+    cell's ``--threads`` too, not on every core: on two cores its sparse kernels took 1.6 of them and the
+    other cell's training crawled."""
+    plan = load_plan(_plan(tmp_path))
+    name, work = plan.cells[0].name, tmp_path / "work"
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        factory.run_cell(plan, name, work, data_dir, time.time() + 3600, threads=1)
+        record = factory.CellRecord.read(work / name, plan.cells[0])
+        record.metrics = None
+        record.write(work / name)
+        seen = []
+        monkeypatch.setattr(factory, "evaluate_cell", lambda *a, **k: seen.append(torch.get_num_threads()))
+        torch.set_num_threads(2)  # a fresh process's default on two cores
+        factory.run_cell(plan, name, work, data_dir, time.time() + 3600, threads=1)
+    finally:
+        torch.set_num_threads(previous)
+    assert seen == [1]
+
+
 def test_a_curve_cell_logs_set5_without_changing_its_weights(tmp_path: Path, data_dir: Path) -> None:
     """A cell in the plan's ``curves`` validates on Set5 every 10 iterations; its weights are those of a run
     that never validated (the budget is the same)."""
