@@ -97,7 +97,7 @@ def run_cell(
     jobs: int = 1,
 ) -> CellRecord:
     """Train (or continue) one cell until it is done or ``until`` (a ``time.time()``) comes; then evaluate
-    it on the plan's sets that fit in the time left. Returns the cell's record, also written to disk.
+    it on the plan's sets, image by image, until ``until``. Returns the cell's record, also written to disk.
     SIGTERM pauses it cleanly at any point, however often it comes (a group kill and the factory's own)."""
     cell = plan.cell(name)
     folder = work / cell.name
