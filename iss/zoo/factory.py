@@ -102,13 +102,14 @@ def run_cell(
     cell = plan.cell(name)
     folder = work / cell.name
     record = CellRecord.read(folder, cell)
-    record.jobs, record.git_commit = jobs, record.git_commit or git_commit()
+    record.git_commit = record.git_commit or git_commit()
     if threads:
         torch.set_num_threads(threads)  # also when the cell only evaluates: its cores, as it trained
     with _on_sigterm() as terminated:
         deadline = time.monotonic() + (until - time.time())
         stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731
         if not record.trained:
+            record.jobs = jobs  # cells training at once; a later evaluation-only call leaves it
             _train_cell(plan, cell, record, folder, data_dir, stop, device=device, threads=threads)
         if record.trained:
             benchmarks = data_dir / "benchmarks"

@@ -164,7 +164,7 @@ def test_a_cell_that_only_evaluates_keeps_to_its_threads(
 ) -> None:
     """A worker started for a trained cell (a factory restarted during its evaluation) evaluates on the
     cell's ``--threads`` too, not on every core: on two cores its sparse kernels took 1.6 of them and the
-    other cell's training crawled."""
+    other cell's training crawled. Its record keeps the number of cells it trained beside."""
     plan = load_plan(_plan(tmp_path))
     name, work = plan.cells[0].name, tmp_path / "work"
     previous = torch.get_num_threads()
@@ -177,10 +177,11 @@ def test_a_cell_that_only_evaluates_keeps_to_its_threads(
         seen = []
         monkeypatch.setattr(factory, "evaluate_cell", lambda *a, **k: seen.append(torch.get_num_threads()))
         torch.set_num_threads(2)  # a fresh process's default on two cores
-        factory.run_cell(plan, name, work, data_dir, time.time() + 3600, threads=1)
+        record = factory.run_cell(plan, name, work, data_dir, time.time() + 3600, threads=1, jobs=3)
     finally:
         torch.set_num_threads(previous)
     assert seen == [1]
+    assert record.jobs == 1  # the cells it trained beside, not those it was evaluated beside
 
 
 def test_a_curve_cell_logs_set5_without_changing_its_weights(tmp_path: Path, data_dir: Path) -> None:
