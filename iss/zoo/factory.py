@@ -5,7 +5,8 @@ unfinished cells (``iss.zoo.plan``) for at most M minutes, each in its own proce
 (``--jobs N`` runs N at once). Each cell keeps its run in ``DIR/<cell>/`` (``state.pt``, ``log.jsonl``,
 ``model.safetensors``) and a record, ``cell.json``: the plan cell, time, throughput, device, git commit and
 the metrics of its compact checkpoint. A cell stops cleanly at the deadline and the next call continues it
-exactly; finished cells are evaluated (``eval`` sets of the plan) within the same time box, set by set.
+exactly; finished cells are evaluated (``eval`` sets of the plan) within the same time box, image by image,
+and a stopped evaluation goes on from the next image.
 ``zoo add`` merges finished cells into ``checkpoints/zoo.json``; ``zoo status`` shows the plan's progress.
 """
 
