@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .manifest import DEFAULT_ZOO
 from .plan import Cell, Plan, load_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -296,11 +297,44 @@ def status(plan: Plan, work: Path) -> list[tuple[Cell, CellRecord]]:
     return [(cell, CellRecord.read(work / cell.name, cell)) for cell in plan.cells]
 
 
-def pending(plan: Plan, work: Path, benchmarks: Path) -> list[Cell]:
-    """Cells not trained yet, or missing metrics on a plan set found in ``benchmarks``, in plan order."""
+LANDED_KEYS = (
+    "iterations",
+    "batch",
+    "patch",
+    "lr",
+    "schedule",
+    "warmup",
+    "seed",
+)  # a budget, as zoo.json has it
+
+
+def landed(plan: Plan, manifest: Path) -> set[str]:
+    """Cells of the plan already in ``manifest`` with the cell's own budget: the zoo holds them, so a work
+    folder the machine did not keep does not mean training them again."""
+    if not manifest.is_file():
+        return set()
+    entries = {e["name"]: e.get("budget", {}) for e in json.loads(manifest.read_text())["entries"]}
+    wanted = {
+        cell.name: dict(zip(LANDED_KEYS, (cell.iters, cell.batch, cell.patch, cell.lr, cell.schedule,
+                                          cell.warmup, cell.seed), strict=True))
+        for cell in plan.cells
+    }  # fmt: skip
+    return {
+        name
+        for name, budget in wanted.items()
+        if name in entries and all(entries[name].get(k) == v for k, v in budget.items())
+    }
+
+
+def pending(plan: Plan, work: Path, benchmarks: Path, manifest: Path | None = None) -> list[Cell]:
+    """Cells not trained yet, or missing metrics on a plan set found in ``benchmarks``, in plan order;
+    with ``manifest``, less the cells it already holds at their budget (``landed``)."""
     sets = {s for s in plan.eval if (benchmarks / s / "HR").is_dir()}
+    done = landed(plan, manifest) if manifest is not None else set()
     return [
-        cell for cell, record in status(plan, work) if not record.trained or sets - set(record.metrics or {})
+        cell
+        for cell, record in status(plan, work)
+        if cell.name not in done and (not record.trained or sets - set(record.metrics or {}))
     ]
 
 
@@ -314,19 +348,23 @@ def train_plan(
     device: str = "auto",
     threads: int | None = None,
     keep_going: bool = False,
+    manifest: Path | None = None,
     log=print,
 ) -> dict[str, int]:
     """Run pending cells, ``jobs`` at a time, each in its own process, until they are done or ``minutes``
     have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline. A cell
     that its group's measured speed says cannot finish in the time left is not started (the call ends
-    early, leaving the machine free), unless ``keep_going``."""
+    early, leaving the machine free), unless ``keep_going``. Cells ``manifest`` holds at their budget are
+    skipped."""
     from iss.data import TrainPatches
 
     until = time.time() + 60 * minutes
     work.mkdir(parents=True, exist_ok=True)
     with _sole_factory(work), _on_sigterm() as terminated:
         (work / "plan.json").write_text(plan.path.read_text())  # what the cells were trained from
-        queue = pending(plan, work, data_dir / "benchmarks")
+        queue = pending(plan, work, data_dir / "benchmarks", manifest)
+        if manifest is not None and (done := sorted(landed(plan, manifest))):
+            log(f"in {manifest.name} at their budget, not trained again: {', '.join(done)}")
         if device == "cpu" or not torch.cuda.is_available():
             threads = threads or max(1, (os.cpu_count() or 1) // jobs)
         for scale in sorted({c.scale for c in queue}):  # the LR of the training images: once, not per worker
@@ -580,7 +618,7 @@ def add_commands(sub: Any, common: Any) -> None:
     running.add_argument("--device", default="auto", help="cuda, cpu (default: cuda when available)")
     running.add_argument("--threads", type=int, help="torch CPU threads per cell (default: cores / jobs)")
     running.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
-    train = sub.add_parser("train", parents=[worked, running], help="train the plan's next cells")
+    train = sub.add_parser("train", parents=[worked, running, common], help="train the plan's next cells")
     train.add_argument("--minutes", type=float, required=True, help="stop cleanly within this time")
     train.add_argument(
         "--keep-going", action="store_true", help="start cells even if they cannot finish in this call"
@@ -588,7 +626,7 @@ def add_commands(sub: Any, common: Any) -> None:
     cell = sub.add_parser("cell", parents=[worked, running], help="(used by zoo train) one cell's worker")
     cell.add_argument("name")
     cell.add_argument("--until", type=float, required=True, help="deadline as a Unix time")
-    sub.add_parser("status", parents=[worked], help="the plan's cells: progress, speed, metrics")
+    sub.add_parser("status", parents=[worked, common], help="the plan's cells: progress, speed, metrics")
     add = sub.add_parser("add", parents=[worked, common], help="merge finished cells into the zoo manifest")
     add.add_argument(
         "--datasets",
@@ -642,6 +680,7 @@ def run(args: Any) -> int:
     if args.zoo_command == "export":
         export_cells(args.work, args.out, max_mib=args.max_mib, max_files=args.max_files)
         return 0
+    manifest = getattr(args, "manifest", None) or DEFAULT_ZOO
     if args.zoo_command == "train":
         exits = train_plan(
             plan,
@@ -652,8 +691,9 @@ def run(args: Any) -> int:
             device=args.device,
             threads=args.threads,
             keep_going=args.keep_going,
+            manifest=manifest,
         )
-        print(format_status(plan, args.work))
+        print(format_status(plan, args.work, manifest))
         return 1 if any(exits.values()) else 0
     if args.zoo_command == "cell":
         run_cell(
@@ -668,11 +708,10 @@ def run(args: Any) -> int:
         )
         return 0
     if args.zoo_command == "status":
-        print(format_status(plan, args.work))
+        print(format_status(plan, args.work, manifest))
         return 0
     names = args.cells.split(",") if args.cells else None
     datasets = [s for s in args.datasets.split(",") if s]
-    manifest = args.manifest or REPO_ROOT / "checkpoints" / "zoo.json"
     added = add_to_zoo(
         plan,
         args.work,
@@ -687,10 +726,12 @@ def run(args: Any) -> int:
     return 0
 
 
-def format_status(plan: Plan, work: Path) -> str:
+def format_status(plan: Plan, work: Path, manifest: Path | None = None) -> str:
     """A text table of the plan's cells: iterations done, it/s, minutes trained and, for a cell under way,
-    the minutes left at its rate so far, metrics, device."""
+    the minutes left at its rate so far ("landed" for a cell ``manifest`` holds at its budget), metrics,
+    device."""
     rows = [("cell", "iterations", "it/s", "minutes", "left", "metrics (PSNR)", "device")]
+    done = landed(plan, manifest) if manifest is not None else set()
     for cell, record in status(plan, work):
         metrics = " ".join(f"{k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
         under_way = 0 < record.iterations < cell.iters and record.steps_per_second > 0
@@ -701,7 +742,7 @@ def format_status(plan: Plan, work: Path) -> str:
                 f"{record.iterations}/{cell.iters}",
                 f"{record.steps_per_second:.2f}",
                 f"{record.train_seconds / 60:.1f}",
-                f"{left:.0f}" if left is not None else "-",
+                "landed" if cell.name in done else f"{left:.0f}" if left is not None else "-",
                 metrics or "-",
                 record.device or "-",
             )

@@ -313,6 +313,30 @@ def test_status_says_how_long_a_cell_under_way_has_left(tmp_path: Path) -> None:
     assert rows[second.name][1:5] == ["6000/6000", "10.00", "10.0", "-"]
 
 
+def test_cells_the_zoo_holds_at_their_budget_are_not_trained_again(tmp_path: Path, data_dir: Path) -> None:
+    """A work folder the machine did not keep: cells already in zoo.json at the plan's budget are skipped
+    (and shown as landed); one landed at another budget (an earlier round) is trained again."""
+    plan = load_plan(_plan(tmp_path))
+    iss_p, iht, *rest = plan.cells
+
+    def entry(cell, **changed) -> dict:
+        budget = {"iterations": cell.iters, "batch": cell.batch, "patch": cell.patch, "lr": cell.lr,
+                  "schedule": cell.schedule, "warmup": cell.warmup, "seed": cell.seed, "jobs": 2}  # fmt: skip
+        return {"name": cell.name, "budget": {**budget, **changed}}
+
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"version": 1, "entries": [entry(iss_p), entry(iht, iterations=20)]}))
+    work, benchmarks = tmp_path / "work", data_dir / "benchmarks"
+    assert factory.landed(plan, manifest) == {iss_p.name}
+    assert factory.pending(plan, work, benchmarks, manifest) == [iht, *rest]
+    assert factory.pending(plan, work, benchmarks) == plan.cells  # no manifest: everything
+    assert factory.landed(plan, tmp_path / "missing.json") == set()
+    rows = {
+        line.split()[0]: line.split() for line in factory.format_status(plan, work, manifest).splitlines()
+    }
+    assert rows[iss_p.name][4] == "landed" and rows[iht.name][4] == "-"
+
+
 @pytest.mark.slow
 def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
