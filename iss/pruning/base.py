@@ -373,6 +373,7 @@ class Pruner:
         self.nm = parse_nm(nm, self.ratio)
         self.iteration = 0
         self.stage = "prune"
+        self._shrink_alpha: float | None = None  # the factor the groups' "scale" buffers hold
         self._callbacks: list[Callable[[StepStats], Any]] = []
         self._groups, self._order = self._make_groups(find_layers(model, include, exclude))
         device = self._groups[0].kept.device
@@ -606,6 +607,10 @@ class Pruner:
 
     def _shrink(self, alpha: float) -> None:
         """Multiply the unimportant weights by ``alpha`` in place (0 = hard thresholding)."""
+        if alpha != self._shrink_alpha:  # a scheduled alpha: rebuild the factors
+            self._shrink_alpha = alpha
+            for g in self._groups:
+                g.scale_ready = False
         for g in self._groups:
             scale, views = g.slot("scale", g.params[0].dtype)
             if not g.scale_ready:

@@ -22,6 +22,10 @@ class ISSP(Pruner):
     (``m = alpha`` on unimportant weights, 1 elsewhere). At iteration K_p the last selection becomes the hard
     0/1 mask ``M^[K_p]`` of the fine-tuning stage (Eq. ISS-P fine-tuning), re-applied after every step.
     ``alpha = 0.95`` as in the paper and the official README.
+
+    ``alpha_ramp`` (default 0: the paper's constant alpha) lowers alpha linearly to 0 over the last
+    ``alpha_ramp`` iterations of the pruning stage, so that the network meets the hard mask gradually: an
+    alpha schedule over iterations, which the paper leaves open ("could be customized").
     """
 
     method = "iss-p"
@@ -32,6 +36,7 @@ class ISSP(Pruner):
         ratio: float,
         *,
         alpha: float = 0.95,
+        alpha_ramp: int = 0,
         prune_iters: int = PAPER_PRUNE_ITERS,
         include: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
@@ -43,12 +48,20 @@ class ISSP(Pruner):
             raise ValueError(
                 f"alpha must lie in [0, 1) (the shrink factor of unimportant weights), got {alpha}"
             )
+        if isinstance(alpha_ramp, bool) or not isinstance(alpha_ramp, int) or alpha_ramp < 0:
+            raise ValueError(f"alpha_ramp must be an integer >= 0 (iterations), got {alpha_ramp!r}")
         self.alpha = float(alpha)
+        self.alpha_ramp = alpha_ramp
         super().__init__(
             model, ratio, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm, window=window,
             sync_free=sync_free,
         )  # fmt: skip
 
+    def current_alpha(self) -> float:
+        """The shrink factor of this iteration: ``alpha``, falling to 0 over the ramp's last iterations."""
+        left = self.prune_iters - self.iteration
+        return self.alpha * min(1.0, left / self.alpha_ramp) if self.alpha_ramp else self.alpha
+
     def _prune_step(self) -> None:
         self._reselect()
-        self._shrink(self.alpha)
+        self._shrink(self.current_alpha())

@@ -319,10 +319,13 @@ def landed(plan: Plan, manifest: Path) -> set[str]:
                                           cell.warmup, cell.seed), strict=True))
         for cell in plan.cells
     }  # fmt: skip
+    options = {cell.name: cell.pruner_options for cell in plan.cells}
     return {
         name
         for name, budget in wanted.items()
-        if name in entries and all(entries[name].get(k) == v for k, v in budget.items())
+        if name in entries
+        and all(entries[name].get(k) == v for k, v in budget.items())
+        and entries[name].get("pruner_options", {}) == options[name]
     }
 
 
@@ -506,6 +509,7 @@ def zoo_entry(record: CellRecord, folder: Path, hub_repo: str) -> dict[str, Any]
         "train_minutes": round(record.train_seconds / 60, 1),
         "steps_per_second": round(record.steps_per_second, 3),
         "images_per_second": round(record.steps_per_second * cell["batch"], 1),
+        **({"pruner_options": cell["pruner_options"]} if cell.get("pruner_options") else {}),
         "values": cell["checkpoint_dtype"],
         "git_commit": record.git_commit,
     }

@@ -48,6 +48,7 @@ GROUP_FIELDS = {
     "warmup": int,
     "pick_mode": bool,
     "arch_kwargs": dict,
+    "pruner_options": dict,
     "note": str,
 }
 _REQUIRED = ("arch", "scale", "ratio", "iters", "methods")
@@ -79,6 +80,7 @@ class Cell:
     warmup: int = 0  # cosine: linear warm-up iterations
     pick_mode: bool = False  # CPU: measure eager/compiled x fp32/bf16 first, train with the fastest
     arch_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
+    pruner_options: dict[str, Any] = field(default_factory=dict, hash=False)  # e.g. ISS-P's alpha_ramp
 
     @property
     def name(self) -> str:
@@ -109,6 +111,7 @@ class Cell:
             train_data=tuple(train_data),
             out=str(out),
             arch_kwargs=dict(self.arch_kwargs),
+            pruner_options=dict(self.pruner_options),
             checkpoint_dtype=self.checkpoint_dtype,
             schedule=self.schedule,
             warmup=self.warmup,

@@ -176,6 +176,26 @@ def test_iss_p_shrinks_exactly_the_unimportant_weights_by_alpha():
         assert pruner.masks[name].sum() == w.numel() - math.ceil(RATIO * w.numel())
 
 
+def test_iss_p_alpha_ramp_lowers_the_shrink_factor_to_zero_by_the_freeze():
+    """``alpha_ramp=3`` of ``prune_iters=6``: alpha, alpha, alpha, then 2/3, 1/3 and 0 of it; each step
+    multiplies the unimportant weights by exactly that factor (the rebuilt factors, not the cached ones)."""
+    model = tiny_model()
+    pruner = pruning.build("iss-p", model, RATIO, alpha=0.9, prune_iters=6, alpha_ramp=3)
+    factors = []
+    for _ in range(6):
+        before = weights(model)
+        pruner.step()
+        factors.append(pruner.current_alpha())
+        for name, w in before.items():
+            unimportant = expected_unimportant(w, RATIO)
+            shrunk = torch.where(unimportant, w * torch.tensor(factors[-1]), w)
+            assert torch.equal(weights(model)[name], shrunk), (len(factors), name)
+    assert factors == pytest.approx([0.9, 0.9, 0.9, 0.6, 0.3, 0.0])
+    assert pruner.stage == "finetune"
+    with pytest.raises(ValueError, match="alpha_ramp"):
+        pruning.build("iss-p", tiny_model(), RATIO, alpha_ramp=-1)
+
+
 @pytest.mark.parametrize("method", ["iss-p", "iht"])
 def test_masks_freeze_at_prune_iters_and_stay_zero(method):
     model = tiny_model()
@@ -344,6 +364,7 @@ def roundtrip(state: dict) -> dict:
 
 RESUME_CASES = [
     ("iss-p", {"prune_iters": 6}),
+    ("iss-p", {"prune_iters": 6, "alpha_ramp": 4}),  # saved mid-ramp
     ("iht", {"prune_iters": 6}),
     ("iss-r", {"prune_iters": 6, "eta_interval": 2}),
     ("srp", {"prune_iters": 7, "eta_interval": 2, "stabilize_iters": 2}),

@@ -57,6 +57,15 @@ def test_a_group_can_train_with_the_cpu_recipe(tmp_path: Path) -> None:
         load_plan(_write(tmp_path, [group | {"schedule": "linear"}]))
 
 
+def test_a_group_passes_its_pruner_options_to_training() -> None:
+    """The alpha-ramp experiment's plan: the zoo cell's recipe, plus ISS-P's ``alpha_ramp``."""
+    (cell,) = load_plan(ROOT / "benchmarks" / "plans" / "alpha_ramp_x4_r0.99.json").cells
+    zoo_cell = load_plan(ROOT / "checkpoints" / "zoo_plan_cpu2.json").cell(cell.name)
+    config = cell.config(["data"], "out")
+    assert config.pruner_options == {"alpha_ramp": 3000}
+    assert config == zoo_cell.config(["data"], "out", pruner_options={"alpha_ramp": 3000})
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
