@@ -4,7 +4,8 @@
 
 Prints, per run, the mask's Hamming distance to its first selection (per mille of the pruned weights) every
 ``--every`` iterations of the pruning stage, the quick validation PSNR at the end, and the first iteration
-from which ISS-P's distance stays above IHT's to the end of the pruning stage.
+from which ISS-P's distance stays above IHT's to the end of the pruning stage; then what the hard freeze at
+K_p did to each run's quick validation PSNR (last 1,000 pruning iterations, first after, end).
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ def overtakes(leader: list[tuple[int, float]], other: list[tuple[int, float]]) -
     return since
 
 
+def around_freeze(trace: RunTrace, before: int = 1000) -> tuple[float, float, float] | None:
+    """Quick validation PSNR: mean over the last ``before`` pruning iterations, first after K_p, last."""
+    if not trace.val_psnr or not trace.finetune_from:
+        return None
+    k, points = trace.finetune_from, list(zip(trace.val_iterations, trace.val_psnr, strict=True))
+    ahead = [p for i, p in points if k - before < i < k]
+    after = [p for i, p in points if i >= k]
+    if not ahead or not after:
+        return None
+    return sum(ahead) / len(ahead), after[0], points[-1][1]
+
+
 def table(folder: Path, every: int) -> str:
     """The Markdown table and the overtaking sentence for the recording in ``folder``."""
     _, traces = load_recording(folder)
@@ -63,6 +76,13 @@ def table(folder: Path, every: int) -> str:
         if since is not None
         else f"ISS-P's distance does not stay above IHT's through {end}."
     )
+    for run, trace in traces.items():
+        if (freeze := around_freeze(trace)) is not None:
+            ahead, after, last = freeze
+            lines.append(
+                f"{run.upper()} quick validation PSNR: {ahead:.2f} dB in the last 1,000 pruning iterations, "
+                f"{after:.2f} right after the freeze at {trace.finetune_from:,}, {last:.2f} at the end."
+            )
     return "\n".join(lines)
 
 

@@ -331,6 +331,9 @@ def test_cells_the_zoo_holds_at_their_budget_are_not_trained_again(tmp_path: Pat
     assert factory.pending(plan, work, benchmarks, manifest) == [iht, *rest]
     assert factory.pending(plan, work, benchmarks) == plan.cells  # no manifest: everything
     assert factory.landed(plan, tmp_path / "missing.json") == set()
+    ramped = {"version": 1, "entries": [entry(iss_p, pruner_options={"alpha_ramp": 5})]}
+    (tmp_path / "ramped.json").write_text(json.dumps(ramped))
+    assert factory.landed(plan, tmp_path / "ramped.json") == set()  # trained with other pruner options
     rows = {
         line.split()[0]: line.split() for line in factory.format_status(plan, work, manifest).splitlines()
     }
