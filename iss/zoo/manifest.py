@@ -663,8 +663,12 @@ def _psnrs(metrics: dict[str, Any] | None, sets: tuple[str, ...]) -> str:
 
 
 def _budget_text(budget: dict[str, Any]) -> str:
-    """``12,000 it (K_p 6,000), batch 4, patch 16; cpu: ..., 130 min``."""
+    """``12,000 it (K_p 6,000), batch 4, patch 16; cpu: ..., 130 min`` (pruner options after K_p)."""
     text = f"{budget.get('iterations', 0):,} it (K_p {budget.get('prune_iters', 0):,}), "
+    options = budget.get("pruner_options") or {}
+    text += "".join(
+        f"{k.replace('_', ' ')} {f'{v:,}' if isinstance(v, int) else v}, " for k, v in options.items()
+    )
     text += f"batch {budget.get('batch')}, patch {budget.get('patch')}; {budget.get('device', '?')}"
     if "train_minutes" in budget:
         text += f", {budget['train_minutes']:g} min"

@@ -7,6 +7,7 @@ any non-loopback host.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -480,6 +481,9 @@ def test_markdown_table_shows_budget_bicubic_and_paper() -> None:
     assert "| bicubic | 28.43/0.8111 |" in table
     assert "| paper iss-p (table 2) | 31.16/0.8775 |" in table
     assert "6,000 it (K_p 3,000), batch 4, patch 16; cpu" in table
+    first = zoo.load_zoo()[0]  # a cell trained with pruner options says so
+    ramped = dataclasses.replace(first, budget={**first.budget, "pruner_options": {"alpha_ramp": 3000}})
+    assert "(K_p 30,000), alpha ramp 3,000, batch 4" in zoo.markdown_table([ramped])
 
 
 def test_every_bundled_entry_verifies_and_is_exactly_as_sparse_as_claimed() -> None:
