@@ -700,6 +700,9 @@ def run(args: Any) -> int:
         print(format_status(plan, args.work, manifest))
         return 1 if any(exits.values()) else 0
     if args.zoo_command == "cell":
+        # run_cell pauses on SIGTERM; before and after it, one is a no-op: a group kill reaches a cell twice
+        # (the shell's and the factory's own), and the second may come while the worker exits
+        signal.signal(signal.SIGTERM, lambda *_: None)
         run_cell(
             plan,
             args.name,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from iss import checkpoint, train, zoo
+from iss import checkpoint, cli, train, zoo
 from iss.evaluate import evaluate
 from iss.infer import model_upscaler
 from iss.train.recording import load_recording, optimizer_runs
@@ -232,6 +232,24 @@ def test_a_sigterm_after_training_pauses_instead_of_killing(
     assert not leaked and record.trained and not record.metrics
     saved = json.loads((tmp_path / "work" / cell.name / "cell.json").read_text())
     assert saved["iterations"] == cell.iters and saved["train_seconds"] > 0
+
+
+def test_a_sigterm_as_a_cell_worker_exits_does_not_fail_it(tmp_path: Path, data_dir: Path) -> None:
+    """The second SIGTERM of a group kill can reach the worker after its cell paused, while it exits
+    (torch's compile workers make that slow): it must not turn a clean pause into "FAILED (exit -15)"."""
+    plan = _plan(tmp_path)
+    name = load_plan(plan).cells[0].name
+    leaked = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: leaked.append(True))  # what the default would kill
+    try:
+        argv = ["zoo", "cell", name, "--plan", str(plan), "--work", str(tmp_path / "work"),
+                "--data-dir", str(data_dir), "--device", "cpu", "--threads", "1",
+                "--until", str(time.time() + 600)]  # fmt: skip
+        assert cli.main(argv) == 0
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not leaked
 
 
 def test_an_evaluation_stopped_between_images_resumes_where_it_stopped(
