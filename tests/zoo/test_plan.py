@@ -59,11 +59,13 @@ def test_a_group_can_train_with_the_cpu_recipe(tmp_path: Path) -> None:
 
 def test_a_group_passes_its_pruner_options_to_training() -> None:
     """The alpha-ramp experiment's plan: the zoo cell's recipe, plus ISS-P's ``alpha_ramp``."""
-    (cell,) = load_plan(ROOT / "benchmarks" / "plans" / "alpha_ramp_x4_r0.99.json").cells
-    zoo_cell = load_plan(ROOT / "checkpoints" / "zoo_plan_cpu2.json").cell(cell.name)
-    config = cell.config(["data"], "out")
-    assert config.pruner_options == {"alpha_ramp": 3000}
-    assert config == zoo_cell.config(["data"], "out", pruner_options={"alpha_ramp": 3000})
+    zoo = load_plan(ROOT / "checkpoints" / "zoo_plan_cpu2.json")
+    cells = load_plan(ROOT / "benchmarks" / "plans" / "alpha_ramp_x4.json").cells
+    assert [c.name for c in cells] == ["swinir-light_x4_iss-p_r0.99", "swinir-light_x4_iss-p_r0.95"]
+    for cell in cells:
+        config = cell.config(["data"], "out")
+        assert config.pruner_options == {"alpha_ramp": 3000}
+        assert config == zoo.cell(cell.name).config(["data"], "out", pruner_options={"alpha_ramp": 3000})
 
 
 @pytest.mark.parametrize(
