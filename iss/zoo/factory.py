@@ -297,15 +297,11 @@ def status(plan: Plan, work: Path) -> list[tuple[Cell, CellRecord]]:
     return [(cell, CellRecord.read(work / cell.name, cell)) for cell in plan.cells]
 
 
-LANDED_KEYS = (
-    "iterations",
-    "batch",
-    "patch",
-    "lr",
-    "schedule",
-    "warmup",
-    "seed",
-)  # a budget, as zoo.json has it
+def _zoo_budget(cell: Cell) -> dict[str, Any]:
+    """What a zoo entry's budget must say for it to stand for ``cell`` (``zoo_entry`` writes these keys)."""
+    return {"iterations": cell.iters, "batch": cell.batch, "patch": cell.patch, "lr": cell.lr,
+            "schedule": cell.schedule, "warmup": cell.warmup, "seed": cell.seed,
+            "pruner_options": cell.pruner_options}  # fmt: skip
 
 
 def landed(plan: Plan, manifest: Path) -> set[str]:
@@ -313,19 +309,14 @@ def landed(plan: Plan, manifest: Path) -> set[str]:
     folder the machine did not keep does not mean training them again."""
     if not manifest.is_file():
         return set()
-    entries = {e["name"]: e.get("budget", {}) for e in json.loads(manifest.read_text())["entries"]}
-    wanted = {
-        cell.name: dict(zip(LANDED_KEYS, (cell.iters, cell.batch, cell.patch, cell.lr, cell.schedule,
-                                          cell.warmup, cell.seed), strict=True))
-        for cell in plan.cells
-    }  # fmt: skip
-    options = {cell.name: cell.pruner_options for cell in plan.cells}
+    budgets = {
+        e["name"]: {"pruner_options": {}, **e.get("budget", {})}  # written only where there are some
+        for e in json.loads(manifest.read_text())["entries"]
+    }
     return {
-        name
-        for name, budget in wanted.items()
-        if name in entries
-        and all(entries[name].get(k) == v for k, v in budget.items())
-        and entries[name].get("pruner_options", {}) == options[name]
+        cell.name
+        for cell in plan.cells
+        if cell.name in budgets and all(budgets[cell.name].get(k) == v for k, v in _zoo_budget(cell).items())
     }
 
 
