@@ -161,10 +161,15 @@ PRESETS: dict[str, Preset] = {
 
 
 def pruner_options(config: TrainConfig) -> dict[str, Any]:
-    """Options for ``iss.pruning.build``: ``prune_iters`` and ``alpha`` where the method takes them."""
+    """Options for ``iss.pruning.build``: ``prune_iters`` and ``alpha`` where the method takes them, then
+    ``config.pruner_options`` (checked here, so that a plan or command line is refused before training)."""
     from iss import pruning
 
     accepted = pruning.options(config.method)
+    if unknown := sorted(set(config.pruner_options) - set(accepted)):
+        raise ValueError(
+            f"unknown pruner option(s) {unknown} for '{config.method}'; accepted: {', '.join(accepted)}"
+        )
     options = {"prune_iters": config.prune_iters} if "prune_iters" in accepted else {}
     if config.alpha is not None:
         if "alpha" not in accepted:

@@ -320,15 +320,14 @@ def landed(plan: Plan, manifest: Path) -> set[str]:
     }
 
 
-def pending(plan: Plan, work: Path, benchmarks: Path, manifest: Path | None = None) -> list[Cell]:
-    """Cells not trained yet, or missing metrics on a plan set found in ``benchmarks``, in plan order;
-    with ``manifest``, less the cells it already holds at their budget (``landed``)."""
+def pending(plan: Plan, work: Path, benchmarks: Path, skip: set[str] = frozenset()) -> list[Cell]:
+    """Cells not trained yet, or missing metrics on a plan set found in ``benchmarks``, in plan order, less
+    those named in ``skip`` (``landed`` ones)."""
     sets = {s for s in plan.eval if (benchmarks / s / "HR").is_dir()}
-    done = landed(plan, manifest) if manifest is not None else set()
     return [
         cell
         for cell, record in status(plan, work)
-        if cell.name not in done and (not record.trained or sets - set(record.metrics or {}))
+        if cell.name not in skip and (not record.trained or sets - set(record.metrics or {}))
     ]
 
 
@@ -356,9 +355,10 @@ def train_plan(
     work.mkdir(parents=True, exist_ok=True)
     with _sole_factory(work), _on_sigterm() as terminated:
         (work / "plan.json").write_text(plan.path.read_text())  # what the cells were trained from
-        queue = pending(plan, work, data_dir / "benchmarks", manifest)
-        if manifest is not None and (done := sorted(landed(plan, manifest))):
-            log(f"in {manifest.name} at their budget, not trained again: {', '.join(done)}")
+        done = landed(plan, manifest) if manifest is not None else set()
+        if done:
+            log(f"in {manifest.name} at their budget, not trained again: {', '.join(sorted(done))}")
+        queue = pending(plan, work, data_dir / "benchmarks", skip=done)
         if device == "cpu" or not torch.cuda.is_available():
             threads = threads or max(1, (os.cpu_count() or 1) // jobs)
         for scale in sorted({c.scale for c in queue}):  # the LR of the training images: once, not per worker

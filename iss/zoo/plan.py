@@ -215,7 +215,9 @@ def _cells(defaults: dict[str, Any], group: dict[str, Any], where: str) -> list[
     fields["milestones"] = tuple(sorted(milestones))
     cells = [Cell(method=m, **fields) for m in methods]
     for cell in cells:
-        cell.config(["."], ".")  # TrainConfig's own checks (ratio, scale, method options, ...)
+        pruner_options(
+            cell.config(["."], ".")
+        )  # TrainConfig's own checks (ratio, scale, method options, ...)
     return cells
 
 

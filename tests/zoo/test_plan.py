@@ -77,6 +77,7 @@ def test_a_group_passes_its_pruner_options_to_training() -> None:
         ({"milestones": [300]}, "prune_iters < milestones < iters"),
         ({"colour": "red"}, "unknown fields"),
         ({"ratio": 1.5}, "ratio"),
+        ({"methods": ["iss-p", "l1"], "pruner_options": {"alpha_ramp": 100}}, "unknown pruner option.*'l1'"),
     ],
 )
 def test_mistakes_name_the_group_and_field(tmp_path: Path, change: dict, message: str) -> None:
