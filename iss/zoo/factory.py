@@ -70,11 +70,12 @@ class CellRecord:
         data = json.loads(path.read_text())
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         record = cls(**fields)
-        if record.cell != cell.to_dict():
+        if not cell.matches(record.cell):
             raise ValueError(
                 f"{folder} was trained for a different plan cell ({record.cell}); the plan now says "
                 f"{cell.to_dict()}. Use another --work folder, or delete {folder} to start the cell again."
             )
+        record.cell = cell.to_dict()  # written in full from now on
         return record
 
     def write(self, folder: Path) -> None:

@@ -22,9 +22,10 @@ it is not part of the budget.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,17 @@ class Cell:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+    def matches(self, recorded: dict[str, Any]) -> bool:
+        """Whether ``recorded`` (an earlier ``to_dict``) is this cell; a field missing from it, written before
+        the field existed, stands for the field's default."""
+        defaults = {
+            f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+            for f in dataclasses.fields(self)
+            if f.default is not MISSING or f.default_factory is not MISSING
+        }
+        defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+        return {**defaults, **recorded} == self.to_dict()
 
 
 @dataclass(frozen=True)

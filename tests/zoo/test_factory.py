@@ -303,6 +303,21 @@ def test_a_cell_of_another_plan_is_not_mixed_in(tmp_path: Path, data_dir: Path) 
         factory.status(changed, tmp_path / "work")
 
 
+def test_a_cell_recorded_before_a_field_existed_resumes(tmp_path: Path, data_dir: Path) -> None:
+    """A work folder written by an older version (no ``pruner_options``) resumes, and is then written in full;
+    the same record with an option the plan does not name is another cell."""
+    plan = load_plan(_plan(tmp_path))
+    cell, folder = plan.cells[0], tmp_path / "work" / plan.cells[0].name
+    older = {k: v for k, v in cell.to_dict().items() if k != "pruner_options"}
+    factory.CellRecord(older, iterations=3).write(folder)
+    record = factory.CellRecord.read(folder, cell)
+    assert record.iterations == 3 and record.cell == cell.to_dict()
+
+    factory.CellRecord({**older, "pruner_options": {"alpha_ramp": 10}}, iterations=3).write(folder)
+    with pytest.raises(ValueError, match="different plan cell"):
+        factory.CellRecord.read(folder, cell)
+
+
 def test_a_second_factory_on_the_same_work_folder_is_refused(tmp_path: Path, data_dir: Path) -> None:
     import fcntl
 
