@@ -193,8 +193,9 @@ def load_plan(path: str | os.PathLike) -> Plan:
 
 
 def _budget(cell: Cell) -> dict[str, Any]:
-    """What must be equal across a comparison group: everything but the method."""
-    return {k: v for k, v in cell.to_dict().items() if k != "method"}
+    """What must be equal across a comparison group: everything but the method and its own options (ISS-P's
+    alpha ramp is ISS-P's, like its alpha)."""
+    return {k: v for k, v in cell.to_dict().items() if k not in ("method", "pruner_options")}
 
 
 def _cells(defaults: dict[str, Any], group: dict[str, Any], where: str) -> list[Cell]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from iss.zoo.factory import landed
 from iss.zoo.plan import load_plan
 from tests.common import ROOT
 
@@ -66,6 +67,20 @@ def test_a_group_passes_its_pruner_options_to_training() -> None:
         config = cell.config(["data"], "out")
         assert config.pruner_options == {"alpha_ramp": 3000}
         assert config == zoo.cell(cell.name).config(["data"], "out", pruner_options={"alpha_ramp": 3000})
+
+
+def test_one_method_of_a_group_can_have_its_own_options(tmp_path: Path) -> None:
+    """Pruner options are the method's, not the group's budget: the CPU plan's x4 r0.99 ISS-P ramps its
+    alpha beside IHT's, and the factory does not retrain the ramped cell the zoo holds."""
+    group = {"arch": "swinir-light", "scale": 4, "ratio": 0.99, "iters": 1000, "prune_iters": 500}
+    plan = load_plan(_write(tmp_path, [group | {"methods": ["iss-p"], "pruner_options": {"alpha_ramp": 100}},
+                                       group | {"methods": ["iht"]}]))  # fmt: skip
+    assert [c.pruner_options for c in plan.cells] == [{"alpha_ramp": 100}, {}]
+    with pytest.raises(ValueError, match="another budget"):
+        load_plan(_write(tmp_path, [group | {"methods": ["iss-p"]}, group | {"methods": ["l1"], "iters": 9}]))
+
+    cpu = load_plan(ROOT / "checkpoints" / "zoo_plan_cpu2.json")
+    assert "swinir-light_x4_iss-p_r0.99" in landed(cpu, ROOT / "checkpoints" / "zoo.json")
 
 
 @pytest.mark.parametrize(
