@@ -77,7 +77,7 @@ def test_one_method_of_a_group_can_have_its_own_options(tmp_path: Path) -> None:
                                        group | {"methods": ["iht"]}]))  # fmt: skip
     assert [c.pruner_options for c in plan.cells] == [{"alpha_ramp": 100}, {}]
     with pytest.raises(ValueError, match="another budget"):
-        load_plan(_write(tmp_path, [group | {"methods": ["iss-p"]}, group | {"methods": ["l1"], "iters": 9}]))
+        load_plan(_write(tmp_path, [group | {"methods": ["iss-p"]}, group | {"methods": ["l1"], "batch": 9}]))
 
     cpu = load_plan(ROOT / "checkpoints" / "zoo_plan_cpu2.json")
     assert "swinir-light_x4_iss-p_r0.99" in landed(cpu, ROOT / "checkpoints" / "zoo.json")
