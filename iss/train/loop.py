@@ -339,7 +339,9 @@ def train(
     config = dataclasses.replace(config, amp=device.type == "cuda" if config.amp is None else config.amp)
     speeds = None
     if config.pick_mode and device.type == "cpu":
-        speeds = mode_speeds(config)
+        speeds = mode_speeds(config, stop=stop)
+        if speeds is None:  # asked to stop while measuring (CAT-R's probes take minutes): nothing to keep
+            return
         config = dataclasses.replace(config, **fastest_mode(speeds))
 
     _seed_everything(config.seed)
@@ -426,14 +428,17 @@ def precision(config: TrainConfig) -> str:
     return f"{'compiled' if config.compile else 'eager'} {'bf16' if config.amp else 'fp32'}"
 
 
-def mode_speeds(config: TrainConfig, seconds: float = 4.0) -> dict[str, float]:
+def mode_speeds(
+    config: TrainConfig, seconds: float = 4.0, stop: Callable[[], bool] | None = None
+) -> dict[str, float] | None:
     """Training steps per second of each of ``MODES`` for this run's backbone, scale, batch and LR patch on
     this CPU, measured once per CPU, torch version, shape and thread count (cached in ``cache_dir()``):
     the CPUs this project trains on differ from day to day (bf16 pays on AVX512_BF16/AMX, not on AVX2).
     The pruner runs in fp32 outside autocast and compilation, the same in every mode, so the other methods
     of a group reuse the first one's speeds (CAT-R's compiled probes take minutes). Each mode's speed is the
     best of two probes, three other probes apart, so that a burst of other work (the factory's other cell
-    compiling, say) cannot make a mode look slow for every run of this shape."""
+    compiling, say) cannot make a mode look slow for every run of this shape. ``None`` if ``stop()`` says
+    yes before a probe (nothing is cached then)."""
     from iss.data import cache_dir
 
     path = cache_dir() / "train_modes.json"
@@ -443,6 +448,8 @@ def mode_speeds(config: TrainConfig, seconds: float = 4.0) -> dict[str, float]:
     if key not in known:
         found: dict[str, float] = {}
         for amp, compiled in MODES * 2:
+            if stop is not None and stop():
+                return None
             mode = dataclasses.replace(config, amp=amp, compile=compiled)
             rate = round(_steps_per_second(mode, seconds), 3)
             found[precision(mode)] = max(rate, found.get(precision(mode), 0.0))

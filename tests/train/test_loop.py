@@ -483,6 +483,22 @@ def test_mode_speeds_are_measured_once_per_machine_and_shape(
     )
 
 
+def test_a_run_stopped_while_measuring_its_modes_ends_at_once(
+    tiny_run: dict, tmp_path: Path, monkeypatch
+) -> None:
+    """SIGTERM during the probes (minutes for CAT-R) stops the run before the next probe, caching nothing."""
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    monkeypatch.setattr(train_mod, "_steps_per_second", lambda config, seconds: calls.append(1) or 5.0)
+    config = _config(tmp_path, tiny_run, pick_mode=True, iters=3)
+    assert list(train_mod.train(config, stop=lambda: len(calls) == 2)) == []
+    assert len(calls) == 2 and not (Path(config.out) / "state.pt").exists()
+    assert not (tmp_path / "cache" / "train_modes.json").exists()
+    assert (
+        train_mod.mode_speeds(config)["eager fp32"] == 5.0 and len(calls) == 10
+    )  # measured in full next time
+
+
 def test_a_real_probe_times_steps_and_leaves_the_rng_alone(tiny_run: dict, tmp_path: Path) -> None:
     config = _config(tmp_path, tiny_run)
     torch.manual_seed(7)
@@ -498,14 +514,14 @@ def test_pick_mode_trains_with_the_fastest_and_records_it(
     from iss import checkpoint
 
     speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 6.1, "compiled bf16": 8.0}
-    monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds)
+    monkeypatch.setattr(train_mod, "mode_speeds", lambda config, stop: speeds)
     config = _config(tmp_path, tiny_run, pick_mode=True, iters=3)
     events = list(train_mod.train(config))
     start = json.loads((Path(config.out) / "log.jsonl").read_text().splitlines()[0])
     assert start["config"]["amp"] is True and start["config"]["compile"] is False
     assert start["mode_speeds"] == speeds
     assert checkpoint.read_meta(events[-1].checkpoint)["budget"]["precision"] == "eager bf16"
-    monkeypatch.setattr(train_mod, "mode_speeds", lambda config: speeds | {"eager bf16": 1.0})
+    monkeypatch.setattr(train_mod, "mode_speeds", lambda config, stop: speeds | {"eager bf16": 1.0})
     resumed = list(train_mod.train(dataclasses.replace(config, iters=5), resume=True))  # another machine
     assert resumed[-1].iteration == 5
     budget = checkpoint.read_meta(resumed[-1].checkpoint)["budget"]
