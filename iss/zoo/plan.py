@@ -228,9 +228,8 @@ def _cells(defaults: dict[str, Any], group: dict[str, Any], where: str) -> list[
     fields["milestones"] = tuple(sorted(milestones))
     cells = [Cell(method=m, **fields) for m in methods]
     for cell in cells:
-        pruner_options(
-            cell.config(["."], ".")
-        )  # TrainConfig's own checks (ratio, scale, method options, ...)
+        # TrainConfig's own checks (ratio, scale, ...), then the method's options
+        pruner_options(cell.config(["."], "."))
     return cells
 
 
