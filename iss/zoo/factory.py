@@ -146,17 +146,22 @@ def _train_cell(
     )
     recorder = _recorder(plan, cell, folder, config)
     record.device = device_name(config.device, config.threads)
-    trained, began = record.train_seconds, time.perf_counter()
-    for event in train(config, resume=(folder / "state.pt").exists(), stop=stop):
-        record.iterations = event.iteration
+    with _run_timer() as timer:
+
+        def ticking_stop() -> bool:  # asked before every step and between the mode probes
+            record.train_seconds += timer.tick()
+            return stop()
+
+        for event in train(config, resume=(folder / "state.pt").exists(), stop=ticking_stop):
+            record.iterations = event.iteration
+            if recorder:
+                recorder.observe(event)
+            if event.saved:
+                record.train_seconds += timer.tick()
+                record.write(folder)
         if recorder:
-            recorder.observe(event)
-        if event.saved:
-            record.train_seconds = trained + time.perf_counter() - began
-            record.write(folder)
-    if recorder:
-        recorder.write()
-    record.train_seconds = trained + time.perf_counter() - began
+            recorder.write()
+        record.train_seconds += timer.tick()
     record.write(folder)
 
 
@@ -177,6 +182,40 @@ def _on_sigterm() -> Iterator[threading.Event]:
         yield terminated
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class RunTimer:
+    """Seconds a process ran, leaving out the time it was stopped (``kill -STOP``, as when something is timed
+    beside the factory): an interval between two ticks that saw a SIGCONT counts nothing, so a stop costs
+    the step or image it interrupted instead of adding hours to a cell's minutes."""
+
+    def __init__(self) -> None:
+        self._last, self._continued = time.perf_counter(), False
+
+    def tick(self) -> float:
+        """Seconds since the last tick (or the start), 0 if the process was stopped in between."""
+        now = time.perf_counter()
+        seconds = 0.0 if self._continued else now - self._last
+        self._last, self._continued = now, False
+        return seconds
+
+    def continued(self, *_: Any) -> None:
+        self._continued = True
+
+
+@contextlib.contextmanager
+def _run_timer() -> Iterator[RunTimer]:
+    """A ``RunTimer`` told of SIGCONT while in the block (signals reach the main thread only; elsewhere, and
+    where there is no SIGCONT, it is a plain clock)."""
+    timer = RunTimer()
+    if not hasattr(signal, "SIGCONT") or threading.current_thread() is not threading.main_thread():
+        yield timer
+        return
+    previous = signal.signal(signal.SIGCONT, timer.continued)
+    try:
+        yield timer
+    finally:
+        signal.signal(signal.SIGCONT, previous)
 
 
 def recorded_groups(plan: Plan) -> list[str]:
@@ -248,17 +287,16 @@ def evaluate_cell(
             return
         bench = BenchmarkSet(benchmarks, name, record.cell["scale"])
         scores = record.partial.setdefault(name, [])
-        began = time.perf_counter()
-        for score in image_scores(upscale, bench, start=len(scores)):
-            scores.append(list(score))
-            if len(scores) == len(bench):
-                record.metrics[name] = mean_scores(scores)
-                del record.partial[name]
-            record.eval_seconds += time.perf_counter() - began
-            began = time.perf_counter()
-            record.write(folder)
-            if stopping():
-                break
+        with _run_timer() as timer:
+            for score in image_scores(upscale, bench, start=len(scores)):
+                scores.append(list(score))
+                if len(scores) == len(bench):
+                    record.metrics[name] = mean_scores(scores)
+                    del record.partial[name]
+                record.eval_seconds += timer.tick()
+                record.write(folder)
+                if stopping():
+                    break
         if name not in record.metrics:
             return
 

@@ -252,6 +252,60 @@ def test_a_sigterm_as_a_cell_worker_exits_does_not_fail_it(tmp_path: Path, data_
     assert not leaked
 
 
+_CONTINUER = """import os, signal, sys, time
+pid, seconds = int(sys.argv[1]), float(sys.argv[2])
+while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+    time.sleep(0.01)
+time.sleep(seconds)
+os.kill(pid, signal.SIGCONT)
+"""
+
+
+def _stop_this_process(seconds: float) -> None:
+    """``kill -STOP`` this process for ``seconds``: a child waits until it is stopped, then continues it."""
+    child = subprocess.Popen([sys.executable, "-c", _CONTINUER, str(os.getpid()), str(seconds)])
+    os.kill(os.getpid(), signal.SIGSTOP)
+    assert child.wait(timeout=60) == 0
+
+
+stoppable = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to see the process stopped")
+
+
+@stoppable
+def test_the_run_timer_leaves_out_the_time_a_process_was_stopped() -> None:
+    with factory._run_timer() as timer:
+        time.sleep(0.2)
+        assert timer.tick() >= 0.2
+        _stop_this_process(1.5)
+        assert timer.tick() == 0.0  # the stopped interval
+        time.sleep(0.2)
+        assert 0.2 <= timer.tick() < 1.0  # and counting again after it
+
+
+@stoppable
+def test_a_cell_stopped_while_training_does_not_count_the_stop_as_training(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The docs ask to ``kill -STOP`` the factory while timing something else: the cells' minutes (the zoo's
+    budget column) leave the stop out, where they once added hours."""
+    plan = load_plan(_plan(tmp_path))
+    cell = plan.cells[0]
+    real_train = train.train
+
+    def train_stopped_at_iteration_5(*args, **kwargs):
+        for event in real_train(*args, **kwargs):
+            if event.iteration == 5:
+                _stop_this_process(3.0)
+            yield event
+
+    monkeypatch.setattr(train, "train", train_stopped_at_iteration_5)
+    torch.set_num_threads(1)
+    began = time.perf_counter()
+    record = factory.run_cell(plan, cell.name, tmp_path / "work", data_dir, time.time() + 3600, threads=1)
+    wall = time.perf_counter() - began
+    assert record.trained and 0 < record.train_seconds < wall - 3.0
+
+
 def test_an_evaluation_stopped_between_images_resumes_where_it_stopped(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
