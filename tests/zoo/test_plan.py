@@ -58,15 +58,22 @@ def test_a_group_can_train_with_the_cpu_recipe(tmp_path: Path) -> None:
         load_plan(_write(tmp_path, [group | {"schedule": "linear"}]))
 
 
-def test_a_group_passes_its_pruner_options_to_training() -> None:
-    """The alpha-ramp experiment's plan: the zoo cell's recipe, plus ISS-P's ``alpha_ramp``."""
+@pytest.mark.parametrize(
+    ("plan", "names", "ramp"),
+    [
+        ("alpha_ramp_x4.json", ["swinir-light_x4_iss-p_r0.99", "swinir-light_x4_iss-p_r0.95"], 3000),
+        ("alpha_ramp_x4_10k.json", ["swinir-light_x4_iss-p_r0.99"], 10000),
+    ],
+)
+def test_a_group_passes_its_pruner_options_to_training(plan: str, names: list[str], ramp: int) -> None:
+    """The alpha-ramp experiments' plans: the zoo cell's recipe, plus ISS-P's ``alpha_ramp``."""
     zoo = load_plan(ROOT / "checkpoints" / "zoo_plan_cpu2.json")
-    cells = load_plan(ROOT / "benchmarks" / "plans" / "alpha_ramp_x4.json").cells
-    assert [c.name for c in cells] == ["swinir-light_x4_iss-p_r0.99", "swinir-light_x4_iss-p_r0.95"]
+    cells = load_plan(ROOT / "benchmarks" / "plans" / plan).cells
+    assert [c.name for c in cells] == names
     for cell in cells:
         config = cell.config(["data"], "out")
-        assert config.pruner_options == {"alpha_ramp": 3000}
-        assert config == zoo.cell(cell.name).config(["data"], "out", pruner_options={"alpha_ramp": 3000})
+        assert config.pruner_options == {"alpha_ramp": ramp}
+        assert config == zoo.cell(cell.name).config(["data"], "out", pruner_options={"alpha_ramp": ramp})
 
 
 def test_one_method_of_a_group_can_have_its_own_options(tmp_path: Path) -> None:
