@@ -381,13 +381,14 @@ def train_plan(
     threads: int | None = None,
     keep_going: bool = False,
     manifest: Path | None = None,
+    cells: list[str] | None = None,
     log=print,
 ) -> dict[str, int]:
     """Run pending cells, ``jobs`` at a time, each in its own process, until they are done or ``minutes``
     have passed; returns each worked cell's exit status. Workers stop by themselves at the deadline. A cell
     that its group's measured speed says cannot finish in the time left is not started (the call ends
     early, leaving the machine free), unless ``keep_going``. Cells ``manifest`` holds at their budget are
-    skipped."""
+    skipped; ``cells`` names the only ones to work on (say, those that can land in a session)."""
     from iss.data import TrainPatches
 
     until = time.time() + 60 * minutes
@@ -398,6 +399,8 @@ def train_plan(
         if done:
             log(f"in {manifest.name} at their budget, not trained again: {', '.join(sorted(done))}")
         queue = pending(plan, work, data_dir / "benchmarks", skip=done)
+        if cells is not None:
+            queue = [c for c in queue if c.name in {plan.cell(name).name for name in cells}]
         if device == "cpu" or not torch.cuda.is_available():
             threads = threads or max(1, (os.cpu_count() or 1) // jobs)
         for scale in sorted({c.scale for c in queue}):  # the LR of the training images: once, not per worker
@@ -657,6 +660,7 @@ def add_commands(sub: Any, common: Any) -> None:
     train.add_argument(
         "--keep-going", action="store_true", help="start cells even if they cannot finish in this call"
     )
+    train.add_argument("--cells", help="only these cells, in plan order (comma-separated names)")
     cell = sub.add_parser("cell", parents=[worked, running], help="(used by zoo train) one cell's worker")
     cell.add_argument("name")
     cell.add_argument("--until", type=float, required=True, help="deadline as a Unix time")
@@ -726,6 +730,7 @@ def run(args: Any) -> int:
             threads=args.threads,
             keep_going=args.keep_going,
             manifest=manifest,
+            cells=args.cells.split(",") if args.cells else None,
         )
         print(format_status(plan, args.work, manifest))
         return 1 if any(exits.values()) else 0

@@ -388,6 +388,21 @@ def test_a_second_factory_on_the_same_work_folder_is_refused(tmp_path: Path, dat
     assert not (work / "plan.json").exists()
 
 
+def test_train_works_only_on_the_cells_it_is_given(tmp_path: Path, data_dir: Path) -> None:
+    """``zoo train --cells``: a session trains the cells that can land in it, the rest wait in the plan."""
+    plan = load_plan(_plan(tmp_path))
+    work = tmp_path / "work"
+    with pytest.raises(
+        KeyError, match=r"no cell 'swinir-light_x9_srp_r0\.9' in the plan; it has: swinir-light_x2"
+    ):
+        factory.train_plan(plan, work, data_dir, minutes=5, cells=["swinir-light_x9_srp_r0.9"])
+    exits = factory.train_plan(plan, work, data_dir, minutes=5, threads=1, cells=["swinir-light_x3_srp_r0.9"])
+    assert exits == {"swinir-light_x3_srp_r0.9": 0}
+    records = {c.name: r for c, r in factory.status(plan, work)}
+    assert records["swinir-light_x3_srp_r0.9"].trained and records["swinir-light_x3_srp_r0.9"].metrics
+    assert not any(r.iterations for name, r in records.items() if name != "swinir-light_x3_srp_r0.9")
+
+
 def test_status_says_how_long_a_cell_under_way_has_left(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path, iters=(6000, 3000)))
     first, second = plan.cells[:2]
