@@ -400,7 +400,8 @@ def train_plan(
             log(f"in {manifest.name} at their budget, not trained again: {', '.join(sorted(done))}")
         queue = pending(plan, work, data_dir / "benchmarks", skip=done)
         if cells is not None:
-            queue = [c for c in queue if c.name in {plan.cell(name).name for name in cells}]
+            wanted = {plan.cell(name).name for name in cells}  # KeyError for a name not in the plan
+            queue = [c for c in queue if c.name in wanted]
         if device == "cpu" or not torch.cuda.is_available():
             threads = threads or max(1, (os.cpu_count() or 1) // jobs)
         for scale in sorted({c.scale for c in queue}):  # the LR of the training images: once, not per worker
