@@ -17,14 +17,16 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(speed, "_observed", {})
 
 
-def test_speed_priors_then_measurements() -> None:
+def test_speed_priors_then_measurements(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(speed, "load_factor", lambda: 1.0)  # an idle machine: the load has its own tests
     prior = speed.gflops("train", "swinir-light", "cpu")
     assert prior == speed.priors()["cpu"]["train"]["swinir-light"]
     assert speed.gflops("dense", "no-such-arch", "cpu") == speed.priors()["cpu"]["dense"]["default"]
     speed.observe("train", "swinir-light", "cpu", flops=30e9, seconds=1.0)
     assert speed.gflops("train", "swinir-light", "cpu") == 30.0
     speed.observe("train", "swinir-light", "cpu", flops=10e9, seconds=3.0)
-    assert speed.gflops("train", "swinir-light", "cpu") == pytest.approx(10.0)  # 40 GFLOP in 4 s
+    # 40 GFLOP in 4 s (not the mean of 30 and 3.3); the first weight decays (HALF_LIFE) in the time between
+    assert speed.gflops("train", "swinir-light", "cpu") == pytest.approx(10.0, rel=1e-3)
     with pytest.raises(ValueError, match="unknown kind"):
         speed.gflops("backward", "swinir-light", "cpu")
     speed.observe_setup("cat-r", "cpu", 12.0)
