@@ -391,6 +391,7 @@ def train_plan(
     skipped; ``cells`` names the only ones to work on (say, those that can land in a session)."""
     from iss.data import TrainPatches
 
+    wanted = None if cells is None else {plan.cell(name).name for name in cells}  # KeyError: not in the plan
     until = time.time() + 60 * minutes
     work.mkdir(parents=True, exist_ok=True)
     with _sole_factory(work), _on_sigterm() as terminated:
@@ -399,8 +400,7 @@ def train_plan(
         if done:
             log(f"in {manifest.name} at their budget, not trained again: {', '.join(sorted(done))}")
         queue = pending(plan, work, data_dir / "benchmarks", skip=done)
-        if cells is not None:
-            wanted = {plan.cell(name).name for name in cells}  # KeyError for a name not in the plan
+        if wanted is not None:
             queue = [c for c in queue if c.name in wanted]
         if device == "cpu" or not torch.cuda.is_available():
             threads = threads or max(1, (os.cpu_count() or 1) // jobs)

@@ -396,6 +396,7 @@ def test_train_works_only_on_the_cells_it_is_given(tmp_path: Path, data_dir: Pat
         KeyError, match=r"no cell 'swinir-light_x9_srp_r0\.9' in the plan; it has: swinir-light_x2"
     ):
         factory.train_plan(plan, work, data_dir, minutes=5, cells=["swinir-light_x9_srp_r0.9"])
+    assert not work.exists()  # refused before touching the work folder
     exits = factory.train_plan(plan, work, data_dir, minutes=5, threads=1, cells=["swinir-light_x3_srp_r0.9"])
     assert exits == {"swinir-light_x3_srp_r0.9": 0}
     records = {c.name: r for c, r in factory.status(plan, work)}
