@@ -421,6 +421,7 @@ def train(
 
 MODES = ((False, False), (True, False), (False, True), (True, True))  # (bf16 autocast, torch.compile)
 MIN_GAIN = 1.1  # bf16 or compile must be this much faster than eager fp32 (the official path) to be taken
+QUIET_CORES = 0.25  # a probe is cached only if other work took at most this much of its threads' cores
 
 
 def precision(config: TrainConfig) -> str:
@@ -437,8 +438,10 @@ def mode_speeds(
     The pruner runs in fp32 outside autocast and compilation, the same in every mode, so the other methods
     of a group reuse the first one's speeds (CAT-R's compiled probes take minutes). Each mode's speed is the
     best of two probes, three other probes apart, so that a burst of other work (the factory's other cell
-    compiling, say) cannot make a mode look slow for every run of this shape. ``None`` if ``stop()`` says
-    yes before a probe (nothing is cached then)."""
+    compiling, say) cannot make a mode look slow for every run of this shape. Probes during which other work
+    took cores this run's threads wanted serve this run but are not cached: one such probe picked fp32 where
+    bf16 is 1.7x faster (a cell beside another, each on a core of its own, is not contended). ``None`` if
+    ``stop()`` says yes before a probe (nothing is cached then)."""
     from iss.data import cache_dir
 
     path = cache_dir() / "train_modes.json"
@@ -447,12 +450,16 @@ def mode_speeds(
     key = json.dumps([cpu_signature(), torch.__version__, torch.get_num_threads(), *shape])
     if key not in known:
         found: dict[str, float] = {}
+        others = 0.0
         for amp, compiled in MODES * 2:
             if stop is not None and stop():
                 return None
             mode = dataclasses.replace(config, amp=amp, compile=compiled)
-            rate = round(_steps_per_second(mode, seconds), 3)
-            found[precision(mode)] = max(rate, found.get(precision(mode), 0.0))
+            rate, busy = _steps_per_second(mode, seconds)
+            found[precision(mode)] = max(round(rate, 3), found.get(precision(mode), 0.0))
+            others = max(others, busy)
+        if others > len(_usable_cores()) - torch.get_num_threads() + QUIET_CORES:
+            return found  # other work took cores this run's threads wanted
         known = json.loads(path.read_text()) if path.is_file() else {}  # another run may have written
         known[key] = found
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -470,10 +477,11 @@ def fastest_mode(speeds: dict[str, float]) -> dict[str, bool]:
     return {"amp": best.endswith("bf16"), "compile": best.startswith("compiled")}
 
 
-def _steps_per_second(config: TrainConfig, seconds: float) -> float:
+def _steps_per_second(config: TrainConfig, seconds: float) -> tuple[float, float]:
     """Steps per second of ``config``'s model and pruner on random patches, after three untimed steps
-    (which include compiling); the global RNG is left as it was. Each probe starts and leaves an empty
-    compile cache: other models' entries count against its recompile limit, past which it runs eagerly."""
+    (which include compiling), and how many of our cores other work kept busy meanwhile; the global RNG is
+    left as it was. Each probe starts and leaves an empty compile cache: other models' entries count against
+    its recompile limit, past which it runs eagerly."""
     from iss import archs, pruning
 
     torch._dynamo.reset()
@@ -486,11 +494,33 @@ def _steps_per_second(config: TrainConfig, seconds: float) -> float:
         hr = torch.rand(config.batch, 3, config.patch * config.scale, config.patch * config.scale)
         for _ in range(3):
             trainer.step(lr, hr)
-        steps, began = 0, time.perf_counter()
+        steps, began, busy, own = 0, time.perf_counter(), _busy_cpu_seconds(), time.process_time()
         while steps < 3 or time.perf_counter() - began < seconds:
             trainer.step(lr, hr)
             steps += 1
-        return steps / (time.perf_counter() - began)
+        elapsed = time.perf_counter() - began
+        others = _busy_cpu_seconds() - busy - (time.process_time() - own)
+        return steps / elapsed, max(0.0, others) / elapsed
+
+
+def _usable_cores() -> set[int]:
+    """The cores this process may run on."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
+def _busy_cpu_seconds() -> float:
+    """CPU seconds the cores this process may run on have spent busy since boot, by anyone (``/proc/stat``;
+    0 where there is none, so that elsewhere every probe looks quiet)."""
+    stat = Path("/proc/stat")
+    if not stat.is_file():
+        return 0.0
+    usable, ticks = _usable_cores(), 0
+    for line in stat.read_text().splitlines():
+        name, *fields = line.split()
+        if name[3:].isdigit() and name.startswith("cpu") and int(name[3:]) in usable:
+            user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
+            ticks += user + nice + system + irq + softirq
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_signature() -> str:

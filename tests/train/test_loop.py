@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -459,11 +460,11 @@ def test_mode_speeds_are_measured_once_per_machine_and_shape(
     monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
 
-    def measure(config: TrainConfig, seconds: float) -> float:
+    def measure(config: TrainConfig, seconds: float) -> tuple[float, float]:
         calls.append(train_mod.precision(config))
         if calls[-1] == "compiled bf16" and calls.count("compiled bf16") == 1:
-            return 5.0  # another job was compiling beside this probe
-        return {"eager fp32": 6.0, "eager bf16": 9.0, "compiled bf16": 11.0}.get(calls[-1], 5.0)
+            return 5.0, 0.1  # another job was compiling beside this probe (a burst: quiet on average)
+        return {"eager fp32": 6.0, "eager bf16": 9.0, "compiled bf16": 11.0}.get(calls[-1], 5.0), 0.0
 
     monkeypatch.setattr(train_mod, "_steps_per_second", measure)
     config = _config(tmp_path, tiny_run)
@@ -489,7 +490,7 @@ def test_a_run_stopped_while_measuring_its_modes_ends_at_once(
     """SIGTERM during the probes (minutes for CAT-R) stops the run before the next probe, caching nothing."""
     monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
-    monkeypatch.setattr(train_mod, "_steps_per_second", lambda config, seconds: calls.append(1) or 5.0)
+    monkeypatch.setattr(train_mod, "_steps_per_second", lambda config, seconds: calls.append(1) or (5.0, 0.0))
     config = _config(tmp_path, tiny_run, pick_mode=True, iters=3)
     assert list(train_mod.train(config, stop=lambda: len(calls) == 2)) == []
     assert len(calls) == 2 and not (Path(config.out) / "state.pt").exists()
@@ -498,13 +499,54 @@ def test_a_run_stopped_while_measuring_its_modes_ends_at_once(
     assert len(calls) == 10  # measured in full next time
 
 
+def test_probes_taken_beside_other_work_pick_this_run_s_mode_but_are_not_cached(
+    tiny_run: dict, tmp_path: Path, monkeypatch
+) -> None:
+    """A probe beside another training once picked fp32 where bf16 was 1.7x faster, for every later run."""
+    monkeypatch.setenv("ISS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(train_mod, "_usable_cores", lambda: {0, 1})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    busy = {"eager fp32": (4.0, 0.0), "eager bf16": (3.0, 0.9), "compiled fp32": (2.0, 0.0)}
+    calls = []
+
+    def measure(config: TrainConfig, seconds: float) -> tuple[float, float]:
+        calls.append(train_mod.precision(config))
+        return busy.get(calls[-1], (2.0, 0.0))
+
+    monkeypatch.setattr(train_mod, "_steps_per_second", measure)
+    config = _config(tmp_path, tiny_run)
+    assert train_mod.fastest_mode(train_mod.mode_speeds(config)) == {"amp": False, "compile": False}
+    assert not (tmp_path / "cache" / "train_modes.json").exists() and len(calls) == 8
+    busy = {"eager fp32": (4.0, 0.0), "eager bf16": (7.0, 0.0)}  # the machine is quiet again
+    assert train_mod.fastest_mode(train_mod.mode_speeds(config)) == {"amp": True, "compile": False}
+    assert train_mod.mode_speeds(config)["eager bf16"] == 7.0 and len(calls) == 16  # measured, then cached
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    busy = {"eager fp32": (4.0, 0.0), "eager bf16": (7.0, 1.0)}  # one thread beside one on the other core
+    train_mod.mode_speeds(dataclasses.replace(config, batch=3))
+    assert train_mod.mode_speeds(dataclasses.replace(config, batch=3)) and len(calls) == 24  # cached
+
+
 def test_a_real_probe_times_steps_and_leaves_the_rng_alone(tiny_run: dict, tmp_path: Path) -> None:
     config = _config(tmp_path, tiny_run)
     torch.manual_seed(7)
     expected = torch.rand(3)
     torch.manual_seed(7)
-    assert train_mod._steps_per_second(dataclasses.replace(config, amp=True), seconds=0.05) > 0
+    rate, _ = train_mod._steps_per_second(dataclasses.replace(config, amp=True), seconds=0.05)
+    assert rate > 0
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_real_probe_sees_another_process_busy_on_its_cores(tiny_run: dict, tmp_path: Path) -> None:
+    if not Path("/proc/stat").is_file():
+        pytest.skip("needs /proc/stat")
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        _, others = train_mod._steps_per_second(_config(tmp_path, tiny_run), seconds=1.0)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert others > 0.5  # cores' worth of CPU time, not counting the probe's own
 
 
 def test_pick_mode_trains_with_the_fastest_and_records_it(
