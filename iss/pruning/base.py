@@ -47,6 +47,7 @@ from .telemetry import (
     DeviceStats,
     DriftTracker,
     StepStats,
+    as_words,
     count_true,
     grad_moments,
     grad_sums,
@@ -250,23 +251,15 @@ def _take(t: Tensor, rows: Tensor) -> Tensor:
     return t if rows.numel() == t.shape[0] else t.index_select(0, rows)
 
 
-def as_words(mask: Tensor) -> Tensor:
-    """A bool tensor viewed as the widest integers dividing its last dimension (compares ~10x faster)."""
-    n = mask.shape[-1]
-    word = next(
-        d for b, d in ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8)) if n % b == 0
-    )
-    return mask.view(word)
-
-
 def differing_rows(x: Tensor, y: Tensor) -> Tensor:
     """(rows, 1) bool: where two (rows, n) bool tensors differ, compared as machine words."""
-    return (as_words(x) != as_words(y)).any(1, keepdim=True)
+    words_x, words_y = as_words(x, y)
+    return (words_x != words_y).any(1, keepdim=True)
 
 
 def same_mask(x: Tensor, y: Tensor) -> bool:
     """Whether two bool tensors of one shape are equal (compared as machine words; a host sync)."""
-    return torch.equal(as_words(x.reshape(-1)), as_words(y.reshape(-1)))
+    return torch.equal(*as_words(x.reshape(-1), y.reshape(-1)))
 
 
 def select_nm(a: Tensor, n_small: int, m: int) -> Tensor:
@@ -614,7 +607,8 @@ class Pruner:
         for g in self._groups:
             scale, views = g.slot("scale", g.params[0].dtype)
             if not g.scale_ready:
-                scale.fill_(alpha).masked_fill_(g.kept, 1.0)
+                keep, shrink = scale.new_ones(()), scale.new_full((), alpha)
+                torch.where(g.kept, keep, shrink, out=scale)  # one pass (fill + masked_fill: two)
                 g.scale_ready = True
             torch._foreach_mul_(g.params, views)
 

@@ -95,11 +95,33 @@ def grad_moments(sums: Tensor, n: int) -> Tensor:
 
 
 def count_true(mask: Tensor) -> Tensor:
-    """Per-row count of a (rows, n) bool tensor as (rows, 1) int64. On the CPU NumPy counts, ~10x faster
-    than torch's bool sum there (the pruners count masks of millions of weights every step)."""
+    """Per-row count of a (rows, n) bool tensor as (rows, 1) int64. On the CPU NumPy counts row by row,
+    ~60x faster than torch's bool sum there and 10x faster than its own along an axis (the pruners count
+    masks of millions of weights every step)."""
     if numpy_path(mask):
-        return torch.from_numpy(mask.numpy().sum(axis=1, dtype=np.int64, keepdims=True))
+        rows = mask.numpy()
+        return torch.from_numpy(np.fromiter(map(np.count_nonzero, rows), np.int64, len(rows)).reshape(-1, 1))
     return _count_true_torch(mask)
+
+
+def count_differing(x: Tensor, y: Tensor) -> Tensor:
+    """Per-row count of the entries where two (rows, n) bool tensors differ, as (rows, 1) int64: their XOR
+    taken on machine words (~2.5x faster than on bools), whose bytes are the 0/1 of each entry's XOR."""
+    words_x, words_y = as_words(x, y)
+    return count_true((words_x ^ words_y).view(torch.bool))
+
+
+def as_words(*masks: Tensor) -> tuple[Tensor, ...]:
+    """Bool tensors of one shape viewed as the widest integers their last dimension and layouts allow
+    (compare ~10x faster), the same for all; slices that start mid-word stay in bytes."""
+
+    def fits(mask: Tensor, size: int) -> bool:
+        strides = (mask.storage_offset(), mask.shape[-1], *mask.stride()[:-1])
+        return mask.stride(-1) == 1 and all(x % size == 0 for x in strides)
+
+    words = ((8, torch.int64), (4, torch.int32), (2, torch.int16))
+    word = next((w for size, w in words if all(fits(m, size) for m in masks)), torch.uint8)
+    return tuple(m.view(word) for m in masks)
 
 
 def _count_true_torch(mask: Tensor) -> Tensor:
@@ -167,7 +189,7 @@ class DriftTracker:
 
     def record(self, group: int, rows: Tensor, old: Tensor, new: Tensor) -> None:
         """Count the flips between old and new masks of some rows (layers) of a group; the mask changes."""
-        self.flips[group].index_add_(0, rows, count_true(old ^ new).view(-1))
+        self.flips[group].index_add_(0, rows, count_differing(old, new).view(-1))
         self._changed[group] = True
 
     def end_iteration(self) -> None:

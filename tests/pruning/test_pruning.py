@@ -739,6 +739,14 @@ def test_the_cpu_numpy_paths_equal_the_torch_paths_other_devices_take():
         median = a.median(1, keepdim=True).values
         below = a <= median
         assert torch.equal(telemetry.count_true(below), telemetry._count_true_torch(below))
+        flipped = below.clone()
+        flipped[:, ::7] ^= True
+        expected = (below ^ flipped).sum(1, keepdim=True)
+        assert torch.equal(telemetry.count_differing(below, flipped), expected)  # counted on words
+        tail = expected - (below[:, :1] ^ flipped[:, :1]).long()
+        assert torch.equal(telemetry.count_differing(below[:, 1:], flipped[:, 1:]), tail)  # mid-word slices
+        assert torch.equal(telemetry.count_differing(below[:, 1:], flipped[:, 1:].clone()), tail)
+        assert bool(base.differing_rows(below[:, 1:], flipped[:, 1:].clone()).all()) == bool((tail > 0).all())
         assert torch.equal(telemetry.pack_bits(below), telemetry._pack_bits_torch(below.reshape(-1)))
         packed = telemetry.pack_bits(below)
         assert torch.equal(telemetry.popcount(packed), telemetry._popcount_torch(packed))
