@@ -47,6 +47,20 @@ class CellRecord:
     git_commit: str = ""
     metrics: dict[str, dict[str, float]] | None = None
     partial: dict[str, list[list[float]]] = field(default_factory=dict)  # per-image scores of unfinished sets
+    setups: list[dict[str, Any]] = field(default_factory=list)  # how each stretch of iterations trained
+
+    def start(self, device: str, jobs: int) -> None:
+        """Train on from ``iterations`` on ``device`` (its threads named) beside ``jobs - 1`` other cells:
+        ``device`` and ``jobs`` are the latest, ``setups`` every stretch, so that a cell trained partly
+        alone on both cores and partly beside another says so."""
+        if not self.setups and self.device:  # recorded before setups were kept: its one known stretch
+            self.setups.append({"from": 0, "device": self.device, "jobs": self.jobs})
+        self.device, self.jobs = device, jobs
+        stretch = {"from": self.iterations, "device": device, "jobs": jobs}
+        if self.setups and self.setups[-1]["from"] == self.iterations:
+            self.setups.pop()  # nothing trained the last way
+        if not self.setups or (self.setups[-1]["device"], self.setups[-1]["jobs"]) != (device, jobs):
+            self.setups.append(stretch)
 
     @property
     def trained(self) -> bool:
@@ -111,9 +125,8 @@ def run_cell(
     with _on_sigterm() as terminated:
         deadline = time.monotonic() + (until - time.time())
         stop = lambda: terminated.is_set() or time.monotonic() >= deadline  # noqa: E731
-        if not record.trained:
-            record.jobs = jobs  # cells training at once; a later evaluation-only call leaves it
-            _train_cell(plan, cell, record, folder, data_dir, stop, device=device, threads=threads)
+        if not record.trained:  # a later evaluation-only call leaves device and jobs as they trained
+            _train_cell(plan, cell, record, folder, data_dir, stop, device=device, threads=threads, jobs=jobs)
         if record.trained:
             benchmarks = data_dir / "benchmarks"
             evaluate_cell(record, folder, plan.eval, benchmarks, until, device=device, stop=terminated.is_set)
@@ -130,6 +143,7 @@ def _train_cell(
     *,
     device: str,
     threads: int | None,
+    jobs: int,
 ) -> None:
     """Run ``cell``'s training loop until it is done or ``stop()``; update its record with every saved
     state, so that ``zoo status`` follows a cell under way and a cell killed outright says where it stands."""
@@ -145,7 +159,7 @@ def _train_cell(
         **_curve(plan, cell, data_dir),
     )
     recorder = _recorder(plan, cell, folder, config)
-    record.device = device_name(config.device, config.threads)
+    record.start(device_name(config.device, config.threads), jobs)
     with _run_timer() as timer:
 
         def ticking_stop() -> bool:  # asked before every step and between the mode probes
@@ -540,6 +554,7 @@ def zoo_entry(record: CellRecord, folder: Path, hub_repo: str) -> dict[str, Any]
         "data": meta["data"],
         "device": record.device,
         "jobs": record.jobs,
+        **({"setups": record.setups} if len(record.setups) > 1 else {}),
         "train_minutes": round(record.train_seconds / 60, 1),
         "steps_per_second": round(record.steps_per_second, 3),
         "images_per_second": round(record.steps_per_second * cell["batch"], 1),

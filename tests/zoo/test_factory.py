@@ -159,6 +159,41 @@ def test_a_cell_records_the_threads_it_trains_with(tmp_path: Path, data_dir: Pat
     assert config["device"] == record.device
 
 
+def test_a_cell_trained_two_ways_records_each_stretch(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell trained beside another on one thread, then alone on two, says both in its budget (the zoo's
+    EDSR-L x4 cells did; their entries named only the last way)."""
+    plan = load_plan(_plan(tmp_path))
+    cell, work = plan.cells[0], tmp_path / "work"
+    previous = torch.get_num_threads()
+    try:
+        clock = iter(range(10_000))
+        with monkeypatch.context() as patch:
+            patch.setattr(time, "monotonic", lambda: next(clock))
+            paused = factory.run_cell(plan, cell.name, work, data_dir, time.time() + 8, threads=1, jobs=2)
+        assert 0 < paused.iterations < cell.iters and paused.setups == [
+            {"from": 0, "device": paused.device, "jobs": 2}
+        ]
+        record = factory.run_cell(plan, cell.name, work, data_dir, time.time() + 3600, threads=2, jobs=1)
+    finally:
+        torch.set_num_threads(previous)
+    one, two = (factory.device_name("cpu", n) for n in (1, 2))
+    assert record.trained and (record.device, record.jobs) == (two, 1)
+    assert record.setups == [
+        {"from": 0, "device": one, "jobs": 2},
+        {"from": paused.iterations, "device": two, "jobs": 1},
+    ]
+    budget = factory.zoo_entry(record, work / cell.name, "iss-sr/zoo")["budget"]
+    assert budget["setups"] == record.setups and budget["device"] == two
+
+    older = factory.CellRecord(cell.to_dict(), iterations=5, device=one, jobs=2)  # no setups: written before
+    older.start(two, 1)
+    assert older.setups == [{"from": 0, "device": one, "jobs": 2}, {"from": 5, "device": two, "jobs": 1}]
+    older.start(one, 2)  # back the first way before training any further: the last stretch never trained
+    assert older.setups == [{"from": 0, "device": one, "jobs": 2}]
+
+
 def test_a_cell_that_only_evaluates_keeps_to_its_threads(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
