@@ -430,7 +430,7 @@ def model_card(entries: list[ZooEntry], repo_id: str) -> str:
         "| name | " + " | ".join(_budget_keys(entries)) + " |",
         "|---|" + "---|" * len(_budget_keys(entries)),
         *(
-            f"| {e.name} | " + " | ".join(str(e.budget.get(k, "")) for k in _budget_keys(entries)) + " |"
+            f"| {e.name} | " + " | ".join(_budget_field(e.budget, k) for k in _budget_keys(entries)) + " |"
             for e in entries
         ),
         "",
@@ -463,8 +463,13 @@ def _metric_cell(values: dict[str, float] | None) -> str:
 
 
 def _budget_keys(entries: Iterable[ZooEntry]) -> list[str]:
-    """Budget fields used by any entry, in first-seen order."""
-    return list(dict.fromkeys(k for e in entries for k in e.budget))
+    """Budget fields used by any entry, in first-seen order (``setups`` goes into the device's column)."""
+    return list(dict.fromkeys(k for e in entries for k in e.budget if k != "setups"))
+
+
+def _budget_field(budget: dict[str, Any], key: str) -> str:
+    """One budget field as the model card shows it (the device with every way the cell trained)."""
+    return _device_text(budget) if key == "device" else str(budget.get(key, ""))
 
 
 def _human_size(n: int) -> str:
@@ -669,10 +674,27 @@ def _budget_text(budget: dict[str, Any]) -> str:
     text += "".join(
         f"{k.replace('_', ' ')} {f'{v:,}' if isinstance(v, int) else v}, " for k, v in options.items()
     )
-    text += f"batch {budget.get('batch')}, patch {budget.get('patch')}; {budget.get('device', '?')}"
+    text += f"batch {budget.get('batch')}, patch {budget.get('patch')}; {_device_text(budget)}"
     if "train_minutes" in budget:
         text += f", {budget['train_minutes']:g} min"
     return text
+
+
+def _device_text(budget: dict[str, Any]) -> str:
+    """The device, or each way the cell trained when it changed: ``cpu: ... (1 threads) beside 1 other cell
+    to 1,741, then cpu: ... (2 threads)``."""
+    setups = budget.get("setups") or []
+    if len(setups) < 2:
+        return str(budget.get("device", "?"))
+    parts = []
+    for setup, following in zip(setups, [*setups[1:], None], strict=True):
+        beside = setup["jobs"] - 1
+        parts.append(
+            setup["device"]
+            + (f" beside {beside} other cell{'s' * (beside > 1)}" if beside else "")
+            + (f" to {following['from']:,}" if following else "")
+        )
+    return ", then ".join(parts)
 
 
 def _local_status(entry: ZooEntry, cache_dir: str | os.PathLike | None) -> str:

@@ -344,6 +344,8 @@ def test_model_card_content(tmp_path: Path) -> None:
     assert "**iss-p**: Iterative Soft Shrinkage-Percentage" in card and "**iht**: Iterative Hard" in card
     assert "| iterations | prune_iters | batch | patch | data | device | seed |" in card
     assert "Wang, Jiamian" in card
+    bundled = zoo.model_card(zoo.load_zoo(), REPO)  # EDSR-L x4 ISS-P trained beside IHT, then alone
+    assert "setups" not in bundled and "(1 threads) beside 1 other cell to 1,741, then cpu" in bundled
 
 
 def test_zoo_push_dry_run_writes_card_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -484,6 +486,10 @@ def test_markdown_table_shows_budget_bicubic_and_paper() -> None:
     first = zoo.load_zoo()[0]  # a cell trained with pruner options says so
     ramped = dataclasses.replace(first, budget={**first.budget, "pruner_options": {"alpha_ramp": 3000}})
     assert "(K_p 30,000), alpha ramp 3,000, batch 4" in zoo.markdown_table([ramped])
+    one, two = (f"cpu: AMD EPYC avx2 ({n} threads)" for n in (1, 2))
+    setups = [{"from": 0, "device": one, "jobs": 2}, {"from": 1741, "device": two, "jobs": 1}]
+    mixed = dataclasses.replace(first, budget={**first.budget, "device": two, "setups": setups})
+    assert f"patch 16; {one} beside 1 other cell to 1,741, then {two}, " in zoo.markdown_table([mixed])
 
 
 def test_every_bundled_entry_verifies_and_is_exactly_as_sparse_as_claimed() -> None:
