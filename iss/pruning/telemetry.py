@@ -116,8 +116,8 @@ def as_words(*masks: Tensor) -> tuple[Tensor, ...]:
     (compare ~10x faster), the same for all; slices that start mid-word stay in bytes."""
 
     def fits(mask: Tensor, size: int) -> bool:
-        strides = (mask.storage_offset(), mask.shape[-1], *mask.stride()[:-1])
-        return mask.stride(-1) == 1 and all(x % size == 0 for x in strides)
+        starts = (mask.storage_offset(), mask.shape[-1], *mask.stride()[:-1])  # where words would begin
+        return mask.stride(-1) == 1 and all(x % size == 0 for x in starts)
 
     words = ((8, torch.int64), (4, torch.int32), (2, torch.int16))
     word = next((w for size, w in words if all(fits(m, size) for m in masks)), torch.uint8)
