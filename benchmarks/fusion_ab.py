@@ -3,9 +3,12 @@ one process, with each top-level module's share (forward hooks)::
 
     python benchmarks/fusion_ab.py edsr-l 0.99 128 --without unread-channels
     python benchmarks/fusion_ab.py swinir-light 0.95 64 --without patch-embed
+    python benchmarks/fusion_ab.py cat-r 0.95 128 --without cat-block --threads 1 --reps 5
 
 ``unread-channels``: the upsampler's last conv computes every channel, also those ``conv_last`` never reads.
 ``patch-embed``: SwinIR's patch embedding runs as torch's transposed copy and LayerNorm.
+``cat-block``: CAT's blocks run as torch ops around their sparse Linears (rolls, window partitions,
+batched matmuls, a separate GELU).
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ def without(fusion: str, model: nn.Module) -> nn.Module:
         result = iss.sparsify(model)
         result.patch_embed = model.patch_embed
         return result
-    raise ValueError(f"unknown fusion {fusion!r}: unread-channels or patch-embed")
+    if fusion == "cat-block":
+        result = iss.sparsify(model)
+        for parent in list(result.modules()):
+            for name, child in parent.named_children():
+                if isinstance(child, fused.FusedCATBlock):
+                    setattr(parent, name, child.block)
+        return result
+    raise ValueError(f"unknown fusion {fusion!r}: unread-channels, patch-embed or cat-block")
 
 
 def timed_modules(model: nn.Module) -> dict[str, list[float]]:
@@ -57,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("arch")
     p.add_argument("ratio", type=float)
     p.add_argument("size", type=int, help="LR input height and width (x4)")
-    p.add_argument("--without", required=True, choices=["unread-channels", "patch-embed"])
+    p.add_argument("--without", required=True, choices=["unread-channels", "patch-embed", "cat-block"])
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--pause", type=float, default=0.05, help="idle seconds before each timed call")

@@ -1,4 +1,4 @@
-"""How far the fused Swin block's GELU (erf by Abramowitz & Stegun 7.1.28, in swin.c) is from the exact one.
+"""How far the fused kernels' GELU (erf by Abramowitz & Stegun 7.1.28, in kernels.h) is from the exact one.
 
     python benchmarks/gelu_error.py
 
@@ -16,7 +16,7 @@ COEFFICIENTS = (0.0000430638, 0.0002765672, 0.0001520143, 0.0092705272, 0.042282
 
 
 def kernel_gelu(x: np.ndarray) -> np.ndarray:
-    """swin.c's ``gelu`` in float32."""
+    """kernels.h's ``gelu`` in float32."""
     f = np.float32
     u = x * f(0.70710678118654752)
     z = np.abs(u)

@@ -12,7 +12,7 @@ import copy
 from torch import nn
 
 from . import kernels
-from .fused import FusedSwinBlock, SparseResidualBlock
+from .fused import FusedCATBlock, FusedSwinBlock, SparseResidualBlock
 from .fused import fuse as fuse_blocks
 from .layers import SparseConv2d, SparseLinear, _Plan, _SparseBase, is_convertible, zero_fraction
 from .threads import ForwardThreads
@@ -81,9 +81,9 @@ def sparsify(
 
 
 def layer_modes(model: nn.Module) -> dict[str, str]:
-    """Name -> mode of every sparse layer ("sparse" / "dense" / "undecided") and fused Swin block ("fused" /
-    "layers" / "undecided") of a :func:`sparsify`-ed model."""
-    kinds = (_SparseBase, FusedSwinBlock)
+    """Name -> mode of every sparse layer ("sparse" / "dense" / "undecided") and fused Swin or CAT block
+    ("fused" / "layers" / "undecided") of a :func:`sparsify`-ed model."""
+    kinds = (_SparseBase, FusedSwinBlock, FusedCATBlock)
     return {name: m.mode for name, m in model.named_modules() if isinstance(m, kinds)}
 
 

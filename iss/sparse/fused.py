@@ -17,17 +17,23 @@ at a time, each reading and writing a full activation tensor:
 * SwinIR's transformer block (LayerNorm, cyclic shift, window partition, attention with its position bias and
   mask, softmax, GELU, residuals): ``csrc/swin.c`` runs the whole block per 8x8 window on a channel-major copy
   that stays in cache (:class:`FusedSwinBlock`), with the sparse Linears inside.
+* CAT's block attends in 4x16 windows with half its channels and in 16x4 windows with the other half, so no
+  one window holds a token's whole block: only its attention runs per window in C (the same code, gathering
+  q, k and v from the qkv rows), and fc1's kernel applies the GELU (:class:`FusedCATBlock`).
 
-Like the layers, a fused Swin block times itself against the per-layer path on its first call and keeps the
-faster (EDSR's fusion cannot lose: it is the same kernel, minus passes). Both need the compiled kernels;
+Like the layers, a fused Swin or CAT block times itself against the per-layer path on its first call and keeps
+the faster (EDSR's fusion cannot lose: it is the same kernel, minus passes). Both need the compiled kernels;
 without them the per-layer path runs unchanged.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
+from iss.archs.cat import CATBlock, RectWindowAttention
 from iss.archs.common import shifted_window_mask, to_image, to_tokens
 from iss.archs.edsr import ResidualBlock
 from iss.archs.swinir import RSTB, PatchEmbed, SwinTransformerBlock
@@ -37,6 +43,7 @@ from .layers import SparseConv2d, SparseLinear, _Plan, read_channels
 from .threads import pool_threads, run_chunks
 
 __all__ = [
+    "FusedCATBlock",
     "FusedPatchEmbed",
     "FusedRSTB",
     "FusedSwinBlock",
@@ -169,6 +176,82 @@ class FusedSwinBlock(nn.Module):
         return f"mode={self.mode}"
 
 
+class FusedCATBlock(nn.Module):
+    """A CAT block whose two window attentions run in C (``iss_window_attention``: no rolled copies, window
+    partitions or stored scores) and whose MLP's GELU is done by its first Linear's kernel, or the wrapped
+    block when that measured faster on the first call."""
+
+    def __init__(self, block: CATBlock, plan: _Plan) -> None:
+        super().__init__()
+        self.block = block
+        self.mode = "undecided"  # -> "fused" or "layers"
+        self._plan = plan
+        shifts = block.shifts or ((0, 0), (0, 0))
+        half = block.norm1.normalized_shape[0] // 2
+        self._attentions = [
+            _window_attention(attn, shift, half, first=i * half)
+            for i, (attn, shift) in enumerate(zip(block.attns, shifts, strict=True))
+        ]
+        act = block.mlp.act  # exact GELU after a sparse fc1: applied by fc1's kernel as it stores
+        self._gelu_in_fc1 = isinstance(block.mlp.fc1, SparseLinear) and act.approximate == "none"
+
+    def forward(self, x: Tensor, size: tuple[int, int]) -> Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise ValueError("fused blocks are inference-only: call them under torch.inference_mode()")
+        if x.dtype != torch.float32 or x.device.type != "cpu":  # the kernel is float32, CPU
+            return self.block(x, size)
+        if self.mode == "undecided":
+            windows = [(a.window, a.shift, a.heads) for a in self._attentions]
+            key = ("cat", x.shape[-1], *windows, *size, x.shape[0], pool_threads())
+            fused = self._plan.use_sparse(key, lambda: self.block(x, size), lambda: self._fused(x, size))
+            self.mode = "fused" if fused else "layers"
+        return self._fused(x, size) if self.mode == "fused" else self.block(x, size)
+
+    def _fused(self, x: Tensor, size: tuple[int, int]) -> Tensor:
+        """``CATBlock.forward`` with the attention of both halves in C, the threads claiming windows."""
+        block, (h, w) = self.block, size
+        b, n, c = x.shape
+        qkv = block.qkv(block.norm1(x)).contiguous()
+        attended = torch.empty_like(x)
+        claims = torch.zeros(b, 2, dtype=torch.int64)  # each image's and half's next unclaimed window
+
+        def job(_: int, buffers: list[Tensor]) -> None:
+            for i in range(b):
+                for k, attn in enumerate(self._attentions):
+                    count = (h // attn.window[0]) * (w // attn.window[1])
+                    kernels.window_attention(attended[i], qkv[i], attn, size=size, windows=range(count),
+                                             buffer=buffers[0], claim=claims[i, k : k + 1])  # fmt: skip
+
+        buffer = max(attn.buffer_size() for attn in self._attentions)
+        work = b * n * c * 2 * self._attentions[0].window[0] * self._attentions[0].window[1]
+        run_chunks(job, range(pool_threads()), work, lambda: [x.new_empty(buffer)])
+        lcm = block.get_v(qkv.view(b, h, w, 3, c)[..., 2, :].permute(0, 3, 1, 2))
+        x = x + block.proj(attended.add_(to_tokens(lcm)))
+        mlp = block.mlp
+        if self._gelu_in_fc1:
+            return x + mlp.fc2(mlp.fc1(block.norm2(x), gelu=True))
+        return x + mlp(block.norm2(x))
+
+    def extra_repr(self) -> str:
+        return f"mode={self.mode}"
+
+
+def _window_attention(
+    attn: RectWindowAttention, shift: tuple[int, int], channels: int, *, first: int
+) -> kernels.WindowAttention:
+    """One half of a CAT block, ``channels`` from ``first``, in the kernel's layout (position bias and masks
+    transposed, as for Swin)."""
+    with torch.no_grad():
+        position_bias = attn.position_bias().transpose(1, 2).contiguous().float()
+    (wh, ww), mask = attn.window, None
+    if shift != (0, 0):  # a 2x2-window image has one window of each kind (see kernels.SwinBlock)
+        mask = shifted_window_mask((2 * wh, 2 * ww), (wh, ww), shift, torch.device("cpu"))
+        mask = mask.transpose(1, 2).contiguous().float()
+    result = kernels.WindowAttention(attn.window, shift, attn.num_heads, channels, first, position_bias, mask)
+    result.check()
+    return result
+
+
 def _linears(block: SwinTransformerBlock) -> tuple[nn.Module, ...]:
     return block.attn.qkv, block.attn.proj, block.mlp.fc1, block.mlp.fc2
 
@@ -248,6 +331,8 @@ def fuse(model: nn.Module, plan: _Plan) -> None:
                 setattr(parent, name, SparseResidualBlock(child))
             elif _fusable_swin(child):
                 setattr(parent, name, FusedSwinBlock(child, plan))
+            elif isinstance(child, CATBlock) and math.prod(child.windows[0]) % kernels.lanes() == 0:
+                setattr(parent, name, FusedCATBlock(child, plan))
             elif isinstance(child, RSTB) and isinstance(child.conv, SparseConv2d):
                 setattr(parent, name, FusedRSTB(child))
             elif isinstance(child, PatchEmbed) and child.norm.elementwise_affine:

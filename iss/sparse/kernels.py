@@ -30,12 +30,14 @@ from iss.data import cache_dir
 __all__ = [
     "OffsetCSR",
     "SwinBlock",
+    "WindowAttention",
     "add_tokens",
     "conv_tiles",
     "lanes",
     "linear_tokens",
     "load",
     "swin_windows",
+    "window_attention",
 ]
 
 CSRC = Path(__file__).with_name("csrc")
@@ -79,8 +81,8 @@ def _build(target: Path, compiler: str) -> None:
 @functools.cache
 def load() -> ctypes.CDLL | None:
     """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``, ``iss_swin_windows``,
-    ``iss_add_tokens``, ``iss_norm_tokens``), built on first use; None (with a warning) when it cannot be
-    built."""
+    ``iss_window_attention``, ``iss_add_tokens``, ``iss_norm_tokens``), built on first use; None (with a
+    warning) when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
     compiler = _compiler()
@@ -103,8 +105,10 @@ def load() -> ctypes.CDLL | None:
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr, i64, i64]
     lib.iss_conv_tiles.argtypes = conv
-    lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
+    lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr, ctypes.c_int]
     lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr, ptr]
+    lib.iss_window_attention.argtypes = [ptr, ptr, ctypes.POINTER(_WindowAttentionC), i64, i64, ptr, ptr]
+    lib.iss_window_attention.restype = None
     lib.iss_add_tokens.argtypes = [ptr, ptr, ptr, *[i64] * 4]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
     lib.iss_norm_tokens.argtypes = [ptr, ptr, ptr, ptr, f32, *[i64] * 4]
@@ -221,9 +225,10 @@ def conv_tiles(
 
 def linear_tokens(
     out: Tensor, tokens: Tensor, weight: OffsetCSR, bias: Tensor | None, *, span: range, buffer: Tensor,
-    ld: int,
+    ld: int, gelu: bool = False,
 ) -> None:  # fmt: skip
-    """Rows ``span`` of ``out`` [N, cout] = ``tokens`` [N, cin] @ W^T + bias, both token-major.
+    """Rows ``span`` of ``out`` [N, cout] = ``tokens`` [N, cin] @ W^T + bias, both token-major; with
+    ``gelu``, the exact GELU of that (within 1e-6, computed while the outputs are in cache).
 
     ``ld`` tokens at a time, they are transposed into ``buffer`` (channel rows ``ld`` apart, the layout
     ``weight``'s offsets were computed for), multiplied there, and the result transposed back, in C.
@@ -246,7 +251,7 @@ def linear_tokens(
     lib.iss_linear_tokens(
         out.data_ptr(), tokens.data_ptr(), cin, cout, span.start, span.stop, buffer.data_ptr(), ld,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
-        0 if bias is None else bias.data_ptr(),
+        0 if bias is None else bias.data_ptr(), int(gelu),
     )  # fmt: skip
 
 
@@ -364,6 +369,89 @@ def swin_windows(
     struct = block._struct(h, w)
     lib.iss_swin_windows(
         out.data_ptr(), tokens.data_ptr(), ctypes.byref(struct), windows.start, windows.stop,
+        buffer.data_ptr(), _ptr(claim),
+    )  # fmt: skip
+
+
+class _WindowAttentionC(ctypes.Structure):
+    _fields_ = [
+        *[(name, ctypes.c_int64) for name in ("h", "w", "wh", "ww", "sy", "sx", "heads", "d")],
+        *[(name, ctypes.c_int64) for name in ("in_row", "out_row", "k_at", "v_at")],
+        ("scale", ctypes.c_float),
+        ("position_bias", ctypes.c_void_p),
+        ("mask", ctypes.c_void_p),
+    ]
+
+
+@dataclass(frozen=True)
+class WindowAttention:
+    """One attention of windows as ``iss_window_attention`` reads it (see ``csrc/swin.c``): ``window`` (rows,
+    columns), cyclic ``shift`` (rows, columns), ``heads`` of ``channels // heads``; ``position_bias``
+    [heads, N, N] and ``mask`` (None unshifted) laid out as :class:`SwinBlock`'s. Its queries, keys and
+    values are ``channels`` wide, starting at channel ``first`` of each third of a qkv row."""
+
+    window: tuple[int, int]
+    shift: tuple[int, int]
+    heads: int
+    channels: int
+    first: int
+    position_bias: Tensor
+    mask: Tensor | None
+
+    def buffer_size(self) -> int:
+        """Floats of scratch one thread needs: a window's q, k, v and output, channel-major, and a score row
+        per key."""
+        n = self.window[0] * self.window[1]
+        return n * (4 * self.channels + lanes())
+
+    def check(self) -> None:
+        """Raise ValueError unless every tensor fits the shapes the C code assumes."""
+        (wh, ww), n = self.window, self.window[0] * self.window[1]
+        if n % lanes() or self.channels % self.heads:
+            raise ValueError(f"window attention: need a window area ({n}) that is a multiple of {lanes()}")
+        if not (0 <= self.shift[0] < wh and 0 <= self.shift[1] < ww):
+            raise ValueError(f"window attention: shift {self.shift} must be smaller than the window")
+        _check_floats(self.position_bias.flatten(), self.heads * n * n, "position bias")
+        if (self.mask is None) != (self.shift == (0, 0)):
+            raise ValueError("window attention: a shifted window needs its masks, an unshifted one none")
+        if self.mask is not None:
+            _check_floats(self.mask.flatten(), 4 * n * n, "mask")
+
+
+def window_attention(
+    out: Tensor, qkv: Tensor, attn: WindowAttention, *, size: tuple[int, int], windows: range, buffer: Tensor,
+    claim: Tensor | None = None,
+) -> None:  # fmt: skip
+    """Windows ``windows`` (row-major) of ``attn`` on one image: ``qkv`` [H*W, 3C] token-major (queries, keys,
+    values), its result into channels ``attn.first`` on of ``out`` [H*W, C]; ``size`` (H, W) a multiple of
+    the window. ``attn`` must have passed ``check()``; ``claim`` as in :func:`swin_windows`."""
+    lib = _library()
+    (h, w), (wh, ww) = size, attn.window
+    n, c = qkv.shape[0], out.shape[-1]
+    count = (h // wh) * (w // ww)
+    if h % wh or w % ww or n != h * w or qkv.shape != (n, 3 * c) or out.shape != (n, c):
+        raise ValueError(f"window_attention: qkv {tuple(qkv.shape)}, out {tuple(out.shape)} misfit {size}")
+    if attn.first + attn.channels > c or qkv.numel() >= 2**31:  # the kernel indexes with int32 offsets
+        raise ValueError(f"window_attention: channels {attn.first}+{attn.channels} of {c}, or 2**31 values")
+    if not all(t.dtype == torch.float32 and t.is_contiguous() for t in (out, qkv, buffer)):
+        raise ValueError("window_attention needs contiguous float32 tensors")
+    if buffer.numel() < attn.buffer_size() or out.data_ptr() == qkv.data_ptr():
+        raise ValueError("window_attention: output must differ from the input, the buffer hold one window")
+    if windows.step != 1 or not 0 <= windows.start <= windows.stop <= count:
+        raise ValueError(f"window_attention: windows {windows} outside 0..{count}")
+    if claim is not None and not (
+        claim.dtype == torch.int64 and claim.numel() == 1 and claim.is_contiguous()
+    ):
+        raise ValueError("window_attention: claim must be a one-element int64 tensor")
+    if not windows:
+        return
+    struct = _WindowAttentionC(
+        h, w, wh, ww, *attn.shift, attn.heads, attn.channels // attn.heads, 3 * c, c, c, 2 * c,
+        (attn.channels // attn.heads) ** -0.5, attn.position_bias.data_ptr(), _ptr(attn.mask),
+    )  # fmt: skip
+    first = 4 * attn.first  # bytes
+    lib.iss_window_attention(
+        out.data_ptr() + first, qkv.data_ptr() + first, ctypes.byref(struct), windows.start, windows.stop,
         buffer.data_ptr(), _ptr(claim),
     )  # fmt: skip
 

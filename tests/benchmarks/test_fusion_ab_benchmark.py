@@ -42,3 +42,16 @@ def test_patch_embed_run_prints_both_models(capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     assert re.search(r"^  with +\d+\.\d.*patch_embed \d", out, re.M)
     assert re.search(r"^  without +\d+\.\d.*patch_embed \d", out, re.M)
+
+
+def test_without_cat_block_the_blocks_are_plain() -> None:
+    from iss.archs.cat import CATBlock
+    from iss.sparse.fused import FusedCATBlock
+
+    model = masked(archs.build("cat-r", 2, **TINY_ARCHS["cat-r"]), 0.95)
+    plain = _benchmark().without("cat-block", model)
+    assert not any(isinstance(m, FusedCATBlock) for m in plain.modules())
+    assert sum(isinstance(m, CATBlock) for m in plain.modules()) == 2
+    x = torch.rand(1, 3, 16, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(plain(x), model(x), atol=1e-4, rtol=0)

@@ -1,4 +1,5 @@
-"""iss.sparse.fused: whole EDSR residual and Swin blocks equal the dense model, fall back, and say so."""
+"""iss.sparse.fused: whole EDSR residual and Swin blocks, CAT's window attention, equal the dense model, fall
+back, and say so."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from torch import nn
 from iss import archs
 from iss.sparse import SparseConv2d, kernels, layer_modes, layers, sparse_path, sparsify, threads
 from iss.sparse.fused import (
+    FusedCATBlock,
     FusedPatchEmbed,
     FusedRSTB,
     FusedSwinBlock,
@@ -22,6 +24,10 @@ from iss.sparse.fused import (
 )
 
 SWIN = dict(embed_dim=12, depths=(2, 2), num_heads=(2, 3))  # window 8: shifted and unshifted blocks
+# CAT: 4x16 / 16x4 windows with one head per half (head dim 48), 2x8 / 8x2 windows with two (24)
+CAT = dict(
+    embed_dim=96, depth=(2, 2), num_heads=(2, 4), split_size_0=(4, 2), split_size_1=(16, 8), mlp_ratio=1.0
+)
 
 
 def needs_c() -> None:
@@ -44,6 +50,37 @@ def test_fused_swin_blocks_equal_dense(ratio: float, size: tuple[int, int]) -> N
     assert len(blocks) == 4 and all(b.mode == "fused" and b.block is None for b in blocks)
     assert sum(isinstance(m, FusedRSTB) for m in fast.modules()) == 2
     assert sparse_path(fast) == "fused C kernels"
+
+
+@pytest.mark.parametrize("size", [(16, 16), (13, 30), (40, 24)])
+def test_fused_cat_blocks_equal_dense(size: tuple[int, int]) -> None:
+    """Both halves' windows, shifted with masks and not, padding, two images: all as PyTorch."""
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("cat-r", 2, **CAT), 0.9)
+    fast = sparsify(model, exact=True, min_speedup=0.0)
+    x = torch.rand(2, 3, *size)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    assert [m.mode for m in fast.modules() if isinstance(m, FusedCATBlock)] == ["fused"] * 4
+    assert sparse_path(fast) == "fused C kernels"
+
+
+def test_a_fused_cat_block_equals_its_layers_within_float_rounding() -> None:
+    """On tokens of unit scale (and at the stored masks' size, 64x64, on two threads): within 1e-6 of the
+    output's magnitude."""
+    needs_c()
+    torch.manual_seed(0)
+    model = masked(archs.build("cat-r", 2, **CAT), 0.9)
+    fast = sparsify(model, exact=True, min_speedup=0.0)
+    names = [name for name, m in fast.named_modules() if isinstance(m, FusedCATBlock)]
+    with threads.torch_threads(2), torch.inference_mode():
+        for size in ((16, 32), (64, 64)):
+            tokens = torch.randn(1, math.prod(size), 96) * 3
+            for name in names:
+                expected = model.get_submodule(name)(tokens, size)
+                got = fast.get_submodule(name)(tokens, size)
+                torch.testing.assert_close(got, expected, atol=1e-6 * expected.abs().max().item(), rtol=0)
 
 
 def test_a_fused_swin_block_equals_its_layers_within_float_rounding() -> None:
@@ -168,6 +205,24 @@ def test_slower_fused_block_runs_the_sparse_layers(monkeypatch: pytest.MonkeyPat
     assert "fused" not in layer_modes(fast).values()
 
 
+def test_slower_fused_cat_block_runs_its_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_c()
+    slow = FusedCATBlock._fused
+
+    def slowed(self: FusedCATBlock, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        time.sleep(0.5)
+        return slow(self, x, size)
+
+    monkeypatch.setattr(FusedCATBlock, "_fused", slowed)
+    torch.manual_seed(0)
+    model = masked(archs.build("cat-r", 2, **CAT), 0.95)
+    fast = sparsify(model, exact=True, threads=1)
+    x = torch.rand(1, 3, 16, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=0)
+    assert {m.mode for m in fast.modules() if isinstance(m, FusedCATBlock)} == {"layers"}
+
+
 def test_no_fusion_without_the_compiler_or_when_asked(kernel_path: str) -> None:
     torch.manual_seed(0)
     model = masked(archs.build("swinir-light", 2, **SWIN), 0.95)
@@ -206,6 +261,25 @@ def test_swin_windows_refuses_bad_calls() -> None:
         kernels.swin_windows(out[:-24], tokens[:-24], weights, **good)
     with pytest.raises(ValueError, match="buffer"):
         kernels.swin_windows(out, tokens, weights, **{**good, "buffer": buffer[:-1]})
+
+
+def test_window_attention_refuses_bad_calls() -> None:
+    needs_c()
+    torch.manual_seed(0)
+    fast = sparsify(masked(archs.build("cat-r", 2, **CAT), 0.9), exact=True, min_speedup=0.0)
+    attn = next(m for m in fast.modules() if isinstance(m, FusedCATBlock) and m.block.shifts)._attentions[1]
+    qkv, out = torch.rand(16 * 32, 288), torch.empty(16 * 32, 96)
+    buffer = torch.empty(attn.buffer_size())
+    good = dict(size=(16, 32), windows=range(8), buffer=buffer)
+    kernels.window_attention(out, qkv, attn, **good)
+    with pytest.raises(ValueError, match="outside"):
+        kernels.window_attention(out, qkv, attn, **{**good, "windows": range(9)})
+    with pytest.raises(ValueError, match="misfit"):
+        kernels.window_attention(out[:-32], qkv[:-32], attn, **good)
+    with pytest.raises(ValueError, match="buffer"):
+        kernels.window_attention(out, qkv, attn, **{**good, "buffer": buffer[:-1]})
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.window_attention(out, qkv.double(), attn, **good)
 
 
 def test_threads_claiming_windows_run_each_once() -> None:
@@ -289,6 +363,7 @@ def test_portable_build_gives_the_same_results(monkeypatch: pytest.MonkeyPatch, 
         for model in (
             archs.build("swinir-light", 2, **SWIN),
             archs.build("edsr-l", 2, num_feat=8, num_block=2),
+            archs.build("cat-r", 2, **CAT),
         ):
             model = masked(model, 0.9)
             x = torch.rand(1, 3, 12, 20)
@@ -299,16 +374,17 @@ def test_portable_build_gives_the_same_results(monkeypatch: pytest.MonkeyPatch, 
         kernels.load.cache_clear()
 
 
-@pytest.mark.parametrize("size", [(8, 8), (8, 24), (16, 24), (40, 16)])
-def test_four_window_masks_cover_every_image_size(size: tuple[int, int]) -> None:
-    """The kernel keeps the masks of a 2x2-window image only: with the cyclic shift, a window's mask depends
+@pytest.mark.parametrize("window", [(8, 8), (4, 16), (16, 4)])
+@pytest.mark.parametrize("size", [(16, 16), (16, 48), (32, 32), (48, 16)])
+def test_four_window_masks_cover_every_image_size(window: tuple[int, int], size: tuple[int, int]) -> None:
+    """The kernels keep the masks of a 2x2-window image only: with the cyclic shift, a window's mask depends
     only on whether it is in the last row and/or column of windows (elsewhere it is zero)."""
     from iss.archs.common import shifted_window_mask
 
-    ws, shift = 8, 4
-    full = shifted_window_mask(size, (ws, ws), (shift, shift), torch.device("cpu"))
-    kinds = shifted_window_mask((2 * ws, 2 * ws), (ws, ws), (shift, shift), torch.device("cpu"))
-    rows, cols = size[0] // ws, size[1] // ws
+    (wh, ww), shift = window, (window[0] // 2, window[1] // 2)
+    full = shifted_window_mask(size, window, shift, torch.device("cpu"))
+    kinds = shifted_window_mask((2 * wh, 2 * ww), window, shift, torch.device("cpu"))
+    rows, cols = size[0] // wh, size[1] // ww
     for wi, mask in enumerate(full):
         kind = 2 * (wi // cols == rows - 1) + (wi % cols == cols - 1)
         torch.testing.assert_close(mask, kinds[kind] if kind else torch.zeros_like(mask), atol=0, rtol=0)

@@ -309,13 +309,27 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
     }
 }
 
+/* y[k] = GELU(y[k]) for k < count, the last partial vector too. */
+static void gelu_all(float *y, int64_t count)
+{
+    int64_t k = 0;
+    for (; k + LANES <= count; k += LANES) store(y + k, gelu(load(y + k)));
+    if (k < count) {
+        vec v = {0};
+        memcpy(&v, y + k, (count - k) * sizeof(float));
+        v = gelu(v);
+        memcpy(y + k, &v, (count - k) * sizeof(float));
+    }
+}
+
 /* Tokens [t0, t1) of a Linear layer on token-major in[tokens][cin] into token-major out[tokens][cout],
  * `ld` tokens at a time: transpose them into buf (cin rows `ld` apart), run iss_spmm into the cout rows
- * after them, and transpose those back out. Both transposes stay in cache, and the rest of the model
- * keeps its token-major layout. `off` holds channel * ld. */
+ * after them (then the exact GELU, `with_gelu`, while they are in cache), and transpose those back out.
+ * Both transposes stay in cache, and the rest of the model keeps its token-major layout. `off` holds
+ * channel * ld. */
 void iss_linear_tokens(float *out, const float *in, int64_t cin, int64_t cout, int64_t t0, int64_t t1,
                        float *buf, int64_t ld, const int32_t *rowptr, const int32_t *off, const float *val,
-                       const float *bias)
+                       const float *bias, int with_gelu)
 {
     float *xt = buf, *yt = buf + cin * ld;
     for (int64_t first = t0; first < t1; first += ld) {
@@ -323,6 +337,7 @@ void iss_linear_tokens(float *out, const float *in, int64_t cin, int64_t cout, i
         for (int64_t t = 0; t < n; t++)
             for (int64_t c = 0; c < cin; c++) xt[c * ld + t] = in[(first + t) * cin + c];
         iss_spmm(yt, (layout){ld, 0, 0, 1}, xt, 0, 1, n, cout, rowptr, off, val, bias, 0, PLAIN);
+        if (with_gelu) gelu_all(yt, cout * ld);
         for (int64_t t = 0; t < n; t++)
             for (int64_t c = 0; c < cout; c++) out[(first + t) * cout + c] = yt[c * ld + t];
     }

@@ -49,30 +49,6 @@ static inline vec vexp(vec x)
 #endif
 }
 
-/* Exact (erf) GELU, x * (1 + erf(x / sqrt 2)) / 2, with Abramowitz & Stegun 7.1.28 for erf: erf(z) =
- * 1 - 1 / (1 + a1 z + ... + a6 z^6)^16 for z >= 0, odd. Half the operations of 7.1.26, which needs an exp;
- * in float32 within 8.7e-7 of the exact GELU on [-12, 12], PyTorch's own within 1.2e-6
- * (benchmarks/gelu_error.py). */
-static inline vec gelu(vec x)
-{
-    const vec u = x * 0.70710678118654752f;
-    const ivec sign = (ivec)u & (int32_t)0x80000000;
-    const vec z = (vec)((ivec)u & 0x7fffffff);
-    vec p = splat(0.0000430638f);
-    p = p * z + 0.0002765672f;
-    p = p * z + 0.0001520143f;
-    p = p * z + 0.0092705272f;
-    p = p * z + 0.0422820123f;
-    p = p * z + 0.0705230784f;
-    p = p * z + 1.0f;
-    p *= p; /* ^16; beyond z ~ 15 it overflows to inf, and erf to 1 */
-    p *= p;
-    p *= p;
-    p *= p;
-    const vec e = 1.0f - 1.0f / p;
-    return 0.5f * x * (1.0f + (vec)((ivec)e | sign));
-}
-
 static inline vec vsqrt(vec x)
 {
 #if LANES == 16
@@ -370,5 +346,51 @@ void iss_norm_tokens(float *out, const float *y, const float *g, const float *b,
         for (int64_t ch = 0; ch < c; ch++) var += (y[ch * n + t] - mean) * (y[ch * n + t] - mean);
         const float rstd = 1.0f / sqrtf(var / (float)c + eps);
         for (int64_t ch = 0; ch < c; ch++) out[t * c + ch] = (y[ch * n + t] - mean) * rstd * g[ch] + b[ch];
+    }
+}
+
+/* Windowed multi-head attention alone (CAT's rectangle windows), on one image's token-major rows of queries,
+ * keys and values: per window, gather its tokens' q, k and v channel-major (the cyclic shift folded into the
+ * indexing), softmax(q k^T * scale + position bias + mask) v per head, scatter the result back to the
+ * tokens' rows. Torch's roll, window partition, stored (windows x heads x N x N) scores and copies back are
+ * what this replaces. */
+typedef struct {
+    int64_t h, w, wh, ww, sy, sx, heads, d; /* image, window, shift; heads x head dim channels */
+    int64_t in_row, out_row, k_at, v_at;    /* floats between tokens in qkv and out; keys' and values' offset */
+    float scale;
+    const float *position_bias; /* [heads][N][N], transposed: [h][key][query] */
+    const float *mask;          /* NULL (no shift) or [4][N][N], as swin_block's */
+} window_attention;
+
+/* Windows [w0, w1) of one image, or with `next` those this thread claims (as iss_swin_windows). `buf` holds
+ * 4 * heads * d * n + n * LANES floats, n = wh * ww (a multiple of LANES). */
+void iss_window_attention(float *out, const float *qkv, const window_attention *a, int64_t w0, int64_t w1,
+                          float *buf, int64_t *next)
+{
+    const int64_t c = a->heads * a->d, n = a->wh * a->ww, across = a->w / a->ww;
+    float *q = buf, *k = q + c * n, *v = k + c * n, *o = v + c * n;
+    vec *scores = (vec *)(o + c * n);
+    int32_t in_at[n], out_at[n]; /* where each token's row starts in qkv and in out (checked < 2^31) */
+    for (int64_t wi = next ? next_window(next, 0) : w0; wi < w1; wi = next_window(next, wi)) {
+        const int64_t wy = wi / across * a->wh, wx = wi % across * a->ww;
+        const int64_t kind = 2 * (wy + a->wh == a->h) + (wx + a->ww == a->w);
+        const float *mask = a->mask && kind ? a->mask + kind * n * n : NULL;
+        for (int64_t r = 0, i = 0; r < a->wh; r++) {
+            const int64_t y = wy + r + a->sy < a->h ? wy + r + a->sy : wy + r + a->sy - a->h;
+            for (int64_t col = 0; col < a->ww; col++, i++) {
+                const int64_t x = wx + col + a->sx, t = y * a->w + (x < a->w ? x : x - a->w);
+                in_at[i] = (int32_t)(t * a->in_row);
+                out_at[i] = (int32_t)(t * a->out_row);
+            }
+        }
+        gather_window(q, qkv, in_at, c, n);
+        gather_window(k, qkv + a->k_at, in_at, c, n);
+        gather_window(v, qkv + a->v_at, in_at, c, n);
+        for (int64_t e = 0; e < c * n; e += LANES) store(q + e, load(q + e) * a->scale);
+        for (int64_t hh = 0; hh < a->heads; hh++) {
+            const int64_t at = hh * a->d * n;
+            attend(o + at, q + at, k + at, v + at, a->d, n, a->position_bias + hh * n * n, mask, scores);
+        }
+        scatter_window(out, o, out_at, c, n);
     }
 }
