@@ -23,8 +23,9 @@ Full run (the README's table)::
 
     python benchmarks/engines.py --deepsparse-python /path/to/venv/bin/python
 
-``--quick`` runs reduced models (EDSR-L with 4 blocks of 64 channels, SwinIR-light with 2 groups of 2
-blocks) on a 32x32 input, one ratio and one thread, with the engines that are installed: well under a minute.
+``--quick`` runs reduced models (EDSR-L with 4 blocks of 64 channels, SwinIR-light and CAT-R with 2 groups
+of 2 blocks) on a 32x32 input, one ratio and one thread, with the engines that are installed: well under a
+minute.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ DENSE_ENGINES = ("pytorch", "onnxruntime", "openvino")
 QUICK_ARCHS = {
     "edsr-l": dict(num_feat=64, num_block=4),
     "swinir-light": dict(depths=(2, 2), num_heads=(6, 6)),
+    "cat-r": dict(depth=(2, 2), num_heads=(6, 6), split_size_0=(4, 4), split_size_1=(16, 16)),
 }
 WORKER = Path(__file__).with_name("deepsparse_worker.py")
 # Idle pause before each timed run: threads the engine before left spin-waiting for more work (libgomp's and

@@ -60,6 +60,20 @@ static inline vec vmax(vec a, vec b) { return (vec)(((ivec)a & (a > b)) | ((ivec
 static inline vec vmin(vec a, vec b) { return (vec)(((ivec)a & (a < b)) | ((ivec)b & ~(a < b))); }
 #endif
 
+/* Transposes a LANES x LANES block in registers: log2(LANES) rounds that interleave rows k and
+ * k + LANES / 2 into rows 2k and 2k + 1 (a perfect shuffle, which repeated log2(LANES) times transposes). */
+static inline void transpose(vec *r)
+{
+    for (int round = 1; round < LANES; round *= 2) {
+        vec t[LANES];
+        for (int k = 0; k < LANES / 2; k++) {
+            t[2 * k] = __builtin_shufflevector(r[k], r[k + LANES / 2], ZIP_LO);
+            t[2 * k + 1] = __builtin_shufflevector(r[k], r[k + LANES / 2], ZIP_HI);
+        }
+        memcpy(r, t, sizeof t);
+    }
+}
+
 /* Exact (erf) GELU, x * (1 + erf(x / sqrt 2)) / 2, with Abramowitz & Stegun 7.1.28 for erf: erf(z) =
  * 1 - 1 / (1 + a1 z + ... + a6 z^6)^16 for z >= 0, odd. Half the operations of 7.1.26, which needs an exp;
  * in float32 within 8.7e-7 of the exact GELU on [-12, 12], PyTorch's own within 1.2e-6

@@ -206,20 +206,6 @@ static void linear(float *out, const float *in, int64_t cout, int64_t n, const c
     }
 }
 
-/* Transposes a LANES x LANES block in registers: log2(LANES) rounds that interleave rows k and
- * k + LANES / 2 into rows 2k and 2k + 1 (a perfect shuffle, which repeated log2(LANES) times transposes). */
-static inline void transpose(vec *r)
-{
-    for (int round = 1; round < LANES; round *= 2) {
-        vec t[LANES];
-        for (int k = 0; k < LANES / 2; k++) {
-            t[2 * k] = __builtin_shufflevector(r[k], r[k + LANES / 2], ZIP_LO);
-            t[2 * k + 1] = __builtin_shufflevector(r[k], r[k + LANES / 2], ZIP_HI);
-        }
-        memcpy(r, t, sizeof t);
-    }
-}
-
 /* The window's tokens, rows of c channels starting at in + at[i] (i < n), into channel-major x[ch][i], a
  * LANES x LANES block at a time (transposed in registers; scalar strided stores cost 2x the block). */
 static void gather_window(float *x, const float *in, const int32_t *at, int64_t c, int64_t n)
