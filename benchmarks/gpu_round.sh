@@ -5,9 +5,10 @@
 # Environment: ROUND_SECONDS (wall time of the whole script, default 540), PLAN (default
 # checkpoints/zoo_plan.json), ARCH and JOBS (default: the plan's first group's backbone and its number of
 # methods, all trained at once), CONFIG (batch x LR patch, default the first group's), WORK (default
-# /root/zoo), DATA (default .gpu/data).
+# /root/zoo), DATA (default .gpu/data). CELLS (comma-separated cells of PLAN, say of the CPU plan): train
+# those at the plan's own budget and recipe, JOBS (default 1) at a time, without steps 1 and 2.
 set -u
-start=$SECONDS
+start=$SECONDS jobs_given=${JOBS:-}
 ROUND_SECONDS=${ROUND_SECONDS:-540} PLAN=${PLAN:-checkpoints/zoo_plan.json}
 WORK=${WORK:-/root/zoo} DATA=${DATA:-.gpu/data}
 OUT=${OUT:?set OUT to the folder whose files come back}
@@ -22,6 +23,16 @@ left() { echo $((ROUND_SECONDS - (SECONDS - start))); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
 "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 mkdir -p "$WORK"
+
+if [[ -n ${CELLS:-} ]]; then
+    minutes=$("$python" -c "print(($(left) - 25) / 60)")
+    timeout $(( $(left) - 15 )) "$python" -m iss zoo train --plan "$PLAN" --work "$WORK" --data-dir "$DATA" \
+        --cells "$CELLS" --jobs "${jobs_given:-1}" --minutes "$minutes" --keep-going 2>&1 | tee "$OUT/train.log"
+    "$python" -m iss zoo status --plan "$PLAN" --work "$WORK" | grep -E "^($(tr , '|' <<< "$CELLS")) "
+    "$python" -m iss zoo export --plan "$PLAN" --work "$WORK" --out "$OUT" --max-files 7
+    echo "round took $((SECONDS - start)) s"
+    exit 0
+fi
 
 # 1. Throughput of the group's configuration, one process and JOBS at once (the budget's input).
 timeout $(( $(left) / 3 )) "$python" benchmarks/train_throughput.py --archs "$ARCH" --configs "$CONFIG" \
