@@ -322,44 +322,26 @@ static void gelu_all(float *y, int64_t count)
     }
 }
 
-/* dst[c * ld + t] = src[t * cin + c] for t < n, c < cin: token-major rows into channel-major ones, LANES x
- * LANES blocks transposed in registers, the edges element by element (scalar loops took about as long as the
- * products of CAT's widest Linears). */
-static void transpose_rows(float *dst, int64_t ld, const float *src, int64_t cin, int64_t n)
+/* dst[c * dst_row + r] = src[r * src_row + c] for r < rows, c < cols: a matrix transposed, LANES x LANES
+ * blocks in registers, the edges element by element (scalar loops took about as long as the products of
+ * CAT's widest Linears). */
+static void transpose_matrix(float *dst, int64_t dst_row, const float *src, int64_t src_row, int64_t rows,
+                             int64_t cols)
 {
-    int64_t t = 0;
-    for (; t + LANES <= n; t += LANES) {
+    int64_t r = 0;
+    for (; r + LANES <= rows; r += LANES) {
         int64_t c = 0;
-        for (; c + LANES <= cin; c += LANES) {
-            vec r[LANES];
-            for (int k = 0; k < LANES; k++) r[k] = load(src + (t + k) * cin + c);
-            transpose(r);
-            for (int j = 0; j < LANES; j++) store(dst + (c + j) * ld + t, r[j]);
+        for (; c + LANES <= cols; c += LANES) {
+            vec v[LANES];
+            for (int k = 0; k < LANES; k++) v[k] = load(src + (r + k) * src_row + c);
+            transpose(v);
+            for (int k = 0; k < LANES; k++) store(dst + (c + k) * dst_row + r, v[k]);
         }
-        for (; c < cin; c++)
-            for (int k = 0; k < LANES; k++) dst[c * ld + t + k] = src[(t + k) * cin + c];
+        for (; c < cols; c++)
+            for (int k = 0; k < LANES; k++) dst[c * dst_row + r + k] = src[(r + k) * src_row + c];
     }
-    for (; t < n; t++)
-        for (int64_t c = 0; c < cin; c++) dst[c * ld + t] = src[t * cin + c];
-}
-
-/* The reverse: dst[t * cout + c] = src[c * ld + t], channel-major rows back into token-major ones. */
-static void untranspose_rows(float *dst, int64_t cout, const float *src, int64_t ld, int64_t n)
-{
-    int64_t t = 0;
-    for (; t + LANES <= n; t += LANES) {
-        int64_t c = 0;
-        for (; c + LANES <= cout; c += LANES) {
-            vec r[LANES];
-            for (int j = 0; j < LANES; j++) r[j] = load(src + (c + j) * ld + t);
-            transpose(r);
-            for (int k = 0; k < LANES; k++) store(dst + (t + k) * cout + c, r[k]);
-        }
-        for (; c < cout; c++)
-            for (int k = 0; k < LANES; k++) dst[(t + k) * cout + c] = src[c * ld + t + k];
-    }
-    for (; t < n; t++)
-        for (int64_t c = 0; c < cout; c++) dst[t * cout + c] = src[c * ld + t];
+    for (; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * dst_row + r] = src[r * src_row + c];
 }
 
 /* Tokens [t0, t1) of a Linear layer on token-major in[tokens][cin] into token-major out[tokens][cout],
@@ -374,9 +356,9 @@ void iss_linear_tokens(float *out, const float *in, int64_t cin, int64_t cout, i
     float *xt = buf, *yt = buf + cin * ld;
     for (int64_t first = t0; first < t1; first += ld) {
         const int64_t n = t1 - first < ld ? t1 - first : ld;
-        transpose_rows(xt, ld, in + first * cin, cin, n);
+        transpose_matrix(xt, ld, in + first * cin, cin, n, cin);
         iss_spmm(yt, (layout){ld, 0, 0, 1}, xt, 0, 1, n, cout, rowptr, off, val, bias, 0, PLAIN);
         if (with_gelu) gelu_all(yt, cout * ld);
-        untranspose_rows(out + first * cout, cout, yt, ld, n);
+        transpose_matrix(out + first * cout, cout, yt, ld, cout, n);
     }
 }
