@@ -613,14 +613,17 @@ def add_to_zoo(
     for name in added:  # only now: an entry kept over this cell keeps its file too
         shutil.copyfile(work / name / "model.safetensors", manifest.parent / f"{name}.safetensors")
     if recordings is not None:
-        for folder in add_recordings(plan, work, recordings, names=added):
+        for folder in add_recordings(plan, work, recordings, names=added, landed=landed(plan, manifest)):
             log(f"recording {folder}")
     return added
 
 
-def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> list[Path]:
-    """For every group whose ISS-P and IHT cells are among ``names`` and were recorded: one recording of both
-    in ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name.
+def add_recordings(
+    plan: Plan, work: Path, root: Path, *, names: list[str], landed: set[str] | None = None
+) -> list[Path]:
+    """For every group with an ISS-P or IHT cell among ``names`` whose ISS-P and IHT cells are both among
+    ``names`` or ``landed`` (by an earlier ``zoo add``) and were recorded: one recording of both in
+    ``root/<group>_<cpu|gpu>`` (what the Analysis tab lists), replacing an older one of that name.
 
     Only the first of ``recorded_groups`` keeps a resumable state (the latest; a GPU one supersedes the CPU
     one, which keeps its series), the others their series."""
@@ -631,7 +634,10 @@ def add_recordings(plan: Plan, work: Path, root: Path, *, names: list[str]) -> l
     for group in recorded:
         cells = {c.method: c for c in plan.cells if c.group == group and c.method in RUNS}
         parts = {run: work / cells[run].name / "recording" for run in cells}
-        if not all(c.name in names and (parts[r] / "run.json").is_file() for r, c in cells.items()):
+        done = {*names, *(landed or [])}
+        if not any(c.name in names for c in cells.values()) or not all(
+            c.name in done and (parts[r] / "run.json").is_file() for r, c in cells.items()
+        ):
             continue
         record = CellRecord.read(work / cells["iss-p"].name, cells["iss-p"])
         out = root / f"{group}_{'cpu' if record.device.startswith('cpu') else 'gpu'}"

@@ -549,6 +549,12 @@ def test_interrupted_plan_resumes_to_the_uninterrupted_result_and_merges(
     assert [p.name for p in gpu.glob("state_*")] == [f"state_{prune_iters // 2}.safetensors"]
     assert not list(cpu.glob("state_*")) and load_recording(cpu)[0]["states"] == []
     assert set(load_recording(cpu)[1]) == {"iss-p", "iht"}
+    # IHT landing in a later `zoo add` than ISS-P records the pair then; alone, it records nothing.
+    iss_p, iht = (f"swinir-light_x2_{m}_r0.5" for m in ("iss-p", "iht"))
+    assert factory.add_recordings(plan, work, tmp_path / "rec3", names=[iht]) == []
+    assert factory.add_recordings(plan, work, tmp_path / "rec3", names=[iht], landed={iss_p}) == [
+        tmp_path / "rec3" / "swinir-light_x2_r0.5_gpu"
+    ]
     # Behind a first group that trains ISS-P and IHT too, the x2 group keeps its series only.
     raw = json.loads(plan_path.read_text())
     first = {**raw["groups"][0], "scale": 4, "iters": 8, "prune_iters": 4, "milestones": [6]}
