@@ -271,7 +271,7 @@ def _has_set(data_dir: Path, name: str) -> bool:
 
 def _fetch(name: str) -> Path:
     """Download a set's HR images from the Hub and return the folder holding ``<Set>/HR``."""
-    from iss.zoo.hub import fetch_benchmark  # lazy: huggingface_hub is imported only when a set is downloaded
+    from iss.hub import fetch_benchmark  # lazy: huggingface_hub is imported only when a set is downloaded
 
     folder = Path(fetch_benchmark(benchmark_name(name)))
     return folder.parent if (folder / "HR").is_dir() else folder

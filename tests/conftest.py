@@ -1,5 +1,5 @@
 """Shared fixtures: where the benchmark and training data live (never committed; see README), an isolated
-Hub for the tests of ``iss.zoo.hub`` and ``iss.zoo`` (no request may leave 127.0.0.1), and a tiny zoo.
+Hub for the tests of ``iss.hub`` and ``iss.zoo`` (no request may leave 127.0.0.1), and a tiny zoo.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A local stand-in for the Hugging Face Hub, for testing ``iss.zoo.hub`` and ``iss.zoo`` without the network.
+"""A local stand-in for the Hugging Face Hub, for testing ``iss.hub`` and ``iss.zoo`` without the network.
 
 An ``http.server`` on 127.0.0.1 (port chosen by the OS) answering the few endpoints huggingface_hub 2.4 uses
 (read in its ``file_download.py``, ``hf_api.py`` and ``_commit_api.py``):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-import iss.zoo.hub
+import iss.hub
 from iss.cli import main
 from iss.data.metrics import psnr_y, ssim_y
 from iss.evaluate import evaluate, format_table
@@ -173,7 +173,7 @@ def test_download_fetches_only_missing_sets(
         fetched.append(name)
         return hub_root
 
-    monkeypatch.setattr(iss.zoo.hub, "fetch_benchmark", fake_fetch)
+    monkeypatch.setattr(iss.hub, "fetch_benchmark", fake_fetch)
     out = tmp_path / "dl.json"
     args = ["--scale", "2", "--datasets", "Set5,set14", "--data-dir", str(tiny_set), "--download", "--json"]
     assert _eval(*args, str(out)) == 0

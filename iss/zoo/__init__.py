@@ -1,5 +1,5 @@
 """The checkpoint zoo: what is trained (:mod:`.plan`), by whom (:mod:`.factory`, carried to a GPU by
-:mod:`.pack`), what was made (:mod:`.manifest`, ``checkpoints/zoo.json``), where it lives (:mod:`.hub`)
+:mod:`.pack`), what was made (:mod:`.manifest`, ``checkpoints/zoo.json``, on the Hub through :mod:`iss.hub`)
 and how a user gets one (:mod:`.pretrained`: ``iss.load``); :mod:`.cli` is ``python -m iss zoo``.
 
 The manifest's API is re-exported here: ``iss.zoo.load_zoo()``, ``iss.zoo.locate(entry)``, ...

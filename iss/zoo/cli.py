@@ -9,9 +9,9 @@ from pathlib import Path
 from huggingface_hub.errors import HTTPError
 
 from iss.cli import UsageError
+from iss.hub import describe_error
 
 from . import factory
-from .hub import describe_error
 from .manifest import (
     DEFAULT_ZOO,
     _human_size,

@@ -533,8 +533,7 @@ def zoo_entry(record: CellRecord, folder: Path, hub_repo: str) -> dict[str, Any]
     """Describe a finished cell as a zoo entry whose file is ``<name>.safetensors`` (``add_to_zoo`` copies
     it once the entry is merged)."""
     from iss.checkpoint import read_meta
-
-    from .hub import sha256_of
+    from iss.hub import sha256_of
 
     cell = record.cell
     name = f"{cell['arch']}_x{cell['scale']}_{cell['method']}_r{cell['ratio']:g}"

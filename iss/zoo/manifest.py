@@ -1,7 +1,7 @@
 """The checkpoint zoo: the ``checkpoints/zoo.json`` manifest, verified checkpoints, publishing.
 
 * :func:`load_zoo` reads and validates the manifest; :func:`resolve` turns an entry into a verified local
-  file: the Hub copy when it can be downloaded (through :mod:`iss.zoo.hub`), else the bundled
+  file: the Hub copy when it can be downloaded (through :mod:`iss.hub`), else the bundled
   ``checkpoints/<file>`` (with a logged warning saying why). A file whose sha256 differs from the manifest is
   never returned: a bad Hub copy is moved out of the Hub cache (so the next resolve downloads it again) and
   the bundled copy used instead; a bad bundled copy raises ``ValueError``. :func:`locate_all` resolves many
@@ -28,7 +28,7 @@ from typing import Any
 from huggingface_hub import HfApi, ModelCardData, constants
 from huggingface_hub import try_to_load_from_cache as _try_to_load_from_cache
 
-from .hub import DOWNLOAD_ERRORS, describe_error, download, sha256_of
+from iss.hub import DOWNLOAD_ERRORS, describe_error, download, sha256_of
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Every download goes through :func:`download`, which bounds the wait with one met
 accepts an explicit ``endpoint``/``cache_dir`` so tests can point it at a local fake Hub.
 :func:`fetch_benchmark` downloads ``data/<Set>_HR.tar.gz`` from the ``eugenesiow/<Set>`` dataset repos and
 extracts the images safely into ``<cache>/benchmarks/<Set>/HR/`` (what ``iss.data.BenchmarkSet`` reads).
-The checkpoint zoo that downloads through this module is :mod:`iss.zoo`.
+The checkpoint zoo (:mod:`iss.zoo`) and ``iss eval --download`` (:mod:`iss.evaluate`) download through it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""iss.zoo.hub, fully offline: benchmark downloads and safe extraction (hand-built Hub cache, local server).
+"""iss.hub, fully offline: benchmark downloads and safe extraction (hand-built Hub cache, local server).
 
 Nothing here may reach huggingface.co: the ``isolated_hub`` fixture (conftest.py) puts the Hub cache, HF_HOME
 and tokens in tmp_path, points the default endpoint at a closed local port, and refuses name resolution for
@@ -17,7 +17,7 @@ import pytest
 from fakehub import COMMIT, FakeHub, cache_put
 from PIL import Image
 
-from iss.zoo import hub
+from iss import hub
 
 pytestmark = pytest.mark.usefixtures("isolated_hub")
 
