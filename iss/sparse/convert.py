@@ -81,10 +81,15 @@ def sparsify(
 
 
 def layer_modes(model: nn.Module) -> dict[str, str]:
-    """Name -> mode of every sparse layer ("sparse" / "dense" / "undecided") and fused Swin or CAT block
-    ("fused" / "layers" / "undecided") of a :func:`sparsify`-ed model."""
+    """Name -> mode of every sparse layer ("sparse" / "dense" / "undecided", or "fused" where a fused block
+    runs it in its own kernel) and fused Swin or CAT block ("fused" / "layers" / "undecided") of a
+    :func:`sparsify`-ed model."""
     kinds = (_SparseBase, FusedSwinBlock, FusedCATBlock)
-    return {name: m.mode for name, m in model.named_modules() if isinstance(m, kinds)}
+    modes = {name: m.mode for name, m in model.named_modules() if isinstance(m, kinds)}
+    for name, m in model.named_modules():  # layers a fused block runs in its own kernel
+        if isinstance(m, FusedCATBlock) and m.mode == "fused":
+            modes.update({f"{name}.{layer}": "fused" for layer in m.fused_layers})
+    return modes
 
 
 def sparse_path(model: nn.Module) -> str:

@@ -18,8 +18,9 @@ at a time, each reading and writing a full activation tensor:
   mask, softmax, GELU, residuals): ``csrc/swin.c`` runs the whole block per 8x8 window on a channel-major copy
   that stays in cache (:class:`FusedSwinBlock`), with the sparse Linears inside.
 * CAT's block attends in 4x16 windows with half its channels and in 16x4 windows with the other half, so no
-  one window holds a token's whole block: only its attention runs per window in C (the same code, gathering
-  q, k and v from the qkv rows), and fc1's kernel applies the GELU (:class:`FusedCATBlock`).
+  one window holds a token's whole block: its attention runs per window in C (the same code, gathering q, k
+  and v from the qkv rows), its MLP half per chunk of tokens, with the hidden layer in cache
+  (:class:`FusedCATBlock`).
 
 Like the layers, a fused Swin or CAT block times itself against the per-layer path on its first call and keeps
 the faster (EDSR's fusion cannot lose: it is the same kernel, minus passes). Both need the compiled kernels;
@@ -39,7 +40,7 @@ from iss.archs.edsr import ResidualBlock
 from iss.archs.swinir import RSTB, PatchEmbed, SwinTransformerBlock
 
 from . import kernels
-from .layers import SparseConv2d, SparseLinear, _Plan, read_channels
+from .layers import LANES, LINEAR_BUFFER_BYTES, SparseConv2d, SparseLinear, _Plan, read_channels
 from .threads import pool_threads, run_chunks
 
 __all__ = [
@@ -178,8 +179,9 @@ class FusedSwinBlock(nn.Module):
 
 class FusedCATBlock(nn.Module):
     """A CAT block whose two window attentions run in C (``iss_window_attention``: no rolled copies, window
-    partitions or stored scores) and whose MLP's GELU is done by its first Linear's kernel, or the wrapped
-    block when that measured faster on the first call."""
+    partitions or stored scores) and whose MLP half (LayerNorm, fc1, GELU, fc2, residual) runs on chunks of
+    tokens in C (``iss_mlp_tokens``: the 4C-wide hidden layer never leaves cache), or the wrapped block when
+    that measured faster on the first call."""
 
     def __init__(self, block: CATBlock, plan: _Plan) -> None:
         super().__init__()
@@ -192,8 +194,7 @@ class FusedCATBlock(nn.Module):
             _window_attention(attn, shift, half, first=i * half)
             for i, (attn, shift) in enumerate(zip(block.attns, shifts, strict=True))
         ]
-        act = block.mlp.act  # exact GELU after a sparse fc1: applied by fc1's kernel as it stores
-        self._gelu_in_fc1 = isinstance(block.mlp.fc1, SparseLinear) and act.approximate == "none"
+        self._mlp = _mlp_block(block)
 
     def forward(self, x: Tensor, size: tuple[int, int]) -> Tensor:
         if torch.is_grad_enabled() and x.requires_grad:
@@ -206,6 +207,11 @@ class FusedCATBlock(nn.Module):
             fused = self._plan.use_sparse(key, lambda: self.block(x, size), lambda: self._fused(x, size))
             self.mode = "fused" if fused else "layers"
         return self._fused(x, size) if self.mode == "fused" else self.block(x, size)
+
+    @property
+    def fused_layers(self) -> tuple[str, ...]:
+        """The block's sparse Linears that the fused path runs in its own kernel (the MLP's), by name."""
+        return () if self._mlp is None else ("block.mlp.fc1", "block.mlp.fc2")
 
     def _fused(self, x: Tensor, size: tuple[int, int]) -> Tensor:
         """``CATBlock.forward`` with the attention of both halves in C, the threads claiming windows."""
@@ -227,13 +233,42 @@ class FusedCATBlock(nn.Module):
         run_chunks(job, range(pool_threads()), work, lambda: [x.new_empty(buffer)])
         lcm = block.get_v(qkv.view(b, h, w, 3, c)[..., 2, :].permute(0, 3, 1, 2))
         x = x + block.proj(attended.add_(to_tokens(lcm)))
-        mlp = block.mlp
-        if self._gelu_in_fc1:
-            return x + mlp.fc2(mlp.fc1(block.norm2(x), gelu=True))
-        return x + mlp(block.norm2(x))
+        if self._mlp is None:
+            return x + block.mlp(block.norm2(x))
+        tokens = x.view(b * n, c)
+        span = b * n if pool_threads() == 1 else LANES * math.ceil(b * n / (4 * pool_threads() * LANES))
+
+        def mlp(start: int, buffers: list[Tensor]) -> None:
+            kernels.mlp_tokens(tokens, tokens, self._mlp, span=range(start, min(b * n, start + span)),
+                               buffer=buffers[0])  # fmt: skip
+
+        nnz = sum(weight.values.numel() for weight, _ in (self._mlp.fc1, self._mlp.fc2))
+        run_chunks(mlp, range(0, b * n, span), b * n * nnz, lambda: [x.new_empty(self._mlp.buffer_size())])
+        return x
 
     def extra_repr(self) -> str:
         return f"mode={self.mode}"
+
+
+def _mlp_block(block: CATBlock) -> kernels.MLPBlock | None:
+    """``block``'s MLP half for ``iss_mlp_tokens`` (chunks of tokens as wide as ``LINEAR_BUFFER_BYTES``
+    allows), or None unless both its Linears are sparse and its GELU exact."""
+    mlp, norm = block.mlp, block.norm2
+    if not (isinstance(mlp.fc1, SparseLinear) and isinstance(mlp.fc2, SparseLinear)):
+        return None
+    if mlp.act.approximate != "none" or mlp.fc1.csr is None or mlp.fc2.csr is None:
+        return None
+    c, hidden = mlp.fc1.in_features, mlp.fc1.out_features
+    ld = max(LANES, LINEAR_BUFFER_BYTES // (4 * (2 * c + hidden)) // LANES * LANES)
+
+    def linear(layer: SparseLinear) -> tuple[kernels.OffsetCSR, Tensor | None]:
+        csr, bias = layer.csr, None if layer.bias is None else layer.bias.detach().float().contiguous()
+        return kernels.OffsetCSR.build(csr.crow_indices(), csr.col_indices().long() * ld, csr.values()), bias
+
+    weights = norm.weight.detach().float().contiguous(), norm.bias.detach().float().contiguous()
+    result = kernels.MLPBlock(ld, (*weights, norm.eps), linear(mlp.fc1), linear(mlp.fc2))
+    result.check()
+    return result
 
 
 def _window_attention(

@@ -81,8 +81,8 @@ def _build(target: Path, compiler: str) -> None:
 @functools.cache
 def load() -> ctypes.CDLL | None:
     """The compiled library (``iss_conv_tiles``, ``iss_linear_tokens``, ``iss_swin_windows``,
-    ``iss_window_attention``, ``iss_add_tokens``, ``iss_norm_tokens``), built on first use; None (with a
-    warning) when it cannot be built."""
+    ``iss_window_attention``, ``iss_mlp_tokens``, ``iss_add_tokens``, ``iss_norm_tokens``), built on first
+    use; None (with a warning) when it cannot be built."""
     if os.environ.get("ISS_NATIVE", "1") == "0":
         return None
     compiler = _compiler()
@@ -105,10 +105,12 @@ def load() -> ctypes.CDLL | None:
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     conv = [ptr, ptr, *[i64] * 3, ptr, *[i64] * 9, ptr, *[i64] * 4, *[ptr] * 4, i64, f32, ptr, i64, i64]
     lib.iss_conv_tiles.argtypes = conv
-    lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr, ctypes.c_int]
+    lib.iss_linear_tokens.argtypes = [ptr, ptr, *[i64] * 4, ptr, i64, ptr, ptr, ptr, ptr]
     lib.iss_swin_windows.argtypes = [ptr, ptr, ctypes.POINTER(_SwinBlockC), i64, i64, ptr, ptr]
     lib.iss_window_attention.argtypes = [ptr, ptr, ctypes.POINTER(_WindowAttentionC), i64, i64, ptr, ptr]
     lib.iss_window_attention.restype = None
+    lib.iss_mlp_tokens.argtypes = [ptr, ptr, ctypes.POINTER(_MLPBlockC), i64, i64, ptr, i64]
+    lib.iss_mlp_tokens.restype = None
     lib.iss_add_tokens.argtypes = [ptr, ptr, ptr, *[i64] * 4]
     lib.iss_conv_tiles.restype = lib.iss_linear_tokens.restype = lib.iss_swin_windows.restype = None
     lib.iss_norm_tokens.argtypes = [ptr, ptr, ptr, ptr, f32, *[i64] * 4]
@@ -225,10 +227,9 @@ def conv_tiles(
 
 def linear_tokens(
     out: Tensor, tokens: Tensor, weight: OffsetCSR, bias: Tensor | None, *, span: range, buffer: Tensor,
-    ld: int, gelu: bool = False,
+    ld: int,
 ) -> None:  # fmt: skip
-    """Rows ``span`` of ``out`` [N, cout] = ``tokens`` [N, cin] @ W^T + bias, both token-major; with
-    ``gelu``, the exact GELU of that (within 1e-6, computed while the outputs are in cache).
+    """Rows ``span`` of ``out`` [N, cout] = ``tokens`` [N, cin] @ W^T + bias, both token-major.
 
     ``ld`` tokens at a time, they are transposed into ``buffer`` (channel rows ``ld`` apart, the layout
     ``weight``'s offsets were computed for), multiplied there, and the result transposed back, in C.
@@ -251,7 +252,7 @@ def linear_tokens(
     lib.iss_linear_tokens(
         out.data_ptr(), tokens.data_ptr(), cin, cout, span.start, span.stop, buffer.data_ptr(), ld,
         weight.rowptr.data_ptr(), weight.offsets.data_ptr(), weight.values.data_ptr(),
-        0 if bias is None else bias.data_ptr(), int(gelu),
+        0 if bias is None else bias.data_ptr(),
     )  # fmt: skip
 
 
@@ -453,6 +454,83 @@ def window_attention(
     lib.iss_window_attention(
         out.data_ptr() + first, qkv.data_ptr() + first, ctypes.byref(struct), windows.start, windows.stop,
         buffer.data_ptr(), _ptr(claim),
+    )  # fmt: skip
+
+
+class _MLPBlockC(ctypes.Structure):
+    _fields_ = [
+        ("c", ctypes.c_int64),
+        ("hidden", ctypes.c_int64),
+        ("norm_w", ctypes.c_void_p),
+        ("norm_b", ctypes.c_void_p),
+        ("eps", ctypes.c_float),
+        ("fc1", _CSRC),
+        ("fc2", _CSRC),
+    ]
+
+
+@dataclass(frozen=True)
+class MLPBlock:
+    """A transformer block's MLP half, ``x + fc2(GELU(fc1(LayerNorm(x))))``, as ``iss_mlp_tokens`` reads it:
+    tokens go ``ld`` at a time (a multiple of ``lanes()``) into a channel-major buffer, so the Linears are CSR
+    with offsets ``input channel * ld``; ``norm`` is (weight, bias, eps)."""
+
+    ld: int
+    norm: tuple[Tensor, Tensor, float]
+    fc1: tuple[OffsetCSR, Tensor | None]
+    fc2: tuple[OffsetCSR, Tensor | None]
+
+    @property
+    def channels(self) -> int:
+        return self.norm[0].numel()
+
+    @property
+    def hidden(self) -> int:
+        return self.fc1[0].rowptr.numel() - 1
+
+    def buffer_size(self) -> int:
+        """Floats of scratch one thread needs: ``ld`` tokens' input, normalised and hidden channels."""
+        return (2 * self.channels + self.hidden) * self.ld
+
+    def check(self) -> None:
+        """Raise ValueError unless every tensor fits the shapes the C code assumes."""
+        c, hidden, ld = self.channels, self.hidden, self.ld
+        if ld < 1 or ld % lanes():
+            raise ValueError(f"mlp block: ld ({ld}) must be a positive multiple of {lanes()}")
+        _check_floats(self.norm[0], c, "norm weight")
+        _check_floats(self.norm[1], c, "norm bias")
+        for (weight, bias), (rows, cin) in zip((self.fc1, self.fc2), ((hidden, c), (c, hidden)), strict=True):
+            if weight.rowptr.numel() != rows + 1 or weight.reach > (cin - 1) * ld + 1:
+                raise ValueError("mlp block: a Linear's weights do not fit its buffer rows")
+            _check_bias(bias, rows)
+
+    def _struct(self) -> _MLPBlockC:
+        (g, b, eps) = self.norm
+        linears = [_CSRC(w.rowptr.data_ptr(), w.offsets.data_ptr(), w.values.data_ptr(), _ptr(bias))
+                   for w, bias in (self.fc1, self.fc2)]  # fmt: skip
+        return _MLPBlockC(self.channels, self.hidden, g.data_ptr(), b.data_ptr(), eps, *linears)
+
+
+def mlp_tokens(out: Tensor, tokens: Tensor, mlp: MLPBlock, *, span: range, buffer: Tensor) -> None:
+    """Rows ``span`` of ``out`` [N, C] = ``tokens`` [N, C] + the MLP of their LayerNorm (``out`` may be
+    ``tokens``). ``mlp`` must have passed ``check()``."""
+    lib = _library()
+    n, c = tokens.shape
+    if not all(t.dtype == torch.float32 and t.is_contiguous() for t in (out, tokens, buffer)):
+        raise ValueError("mlp_tokens needs contiguous float32 tensors")
+    if c != mlp.channels or out.shape != tokens.shape:
+        shapes = f"{tuple(tokens.shape)}, {tuple(out.shape)}"
+        raise ValueError(f"mlp_tokens: tokens and out {shapes} must both be (N, {mlp.channels})")
+    if span.step != 1 or not 0 <= span.start <= span.stop <= n:
+        raise ValueError(f"mlp_tokens: span {span} outside 0..{n}")
+    if buffer.numel() < mlp.buffer_size():
+        raise ValueError("mlp_tokens: buffer too small")
+    if not span:
+        return
+    struct = mlp._struct()
+    lib.iss_mlp_tokens(
+        out.data_ptr(), tokens.data_ptr(), ctypes.byref(struct), span.start, span.stop, buffer.data_ptr(),
+        mlp.ld,
     )  # fmt: skip
 
 

@@ -28,7 +28,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -100,20 +100,17 @@ def _fill_bias(acc: Tensor, bias: Tensor | None) -> Tensor:
 class Epilogue:
     """What a layer does to its output in the same pass: ``shuffle(relu(y) if relu else y) * scale +
     residual`` for a conv (EDSR's ReLU after conv1, ``x + conv2(...) * res_scale``, the upsamplers' pixel
-    shuffle), the exact GELU for a Linear (CAT's MLP), saving passes over the activations."""
+    shuffle), saving passes over the activations."""
 
     relu: bool = False
     scale: float = 1.0
     residual: Tensor | None = None
     shuffle: int = 1  # pixel-shuffle factor
-    gelu: bool = False
 
     def apply(self, y: Tensor) -> Tensor:
         """The same with torch ops on a finished output ``y`` (modified in place)."""
         if self.relu:
             y = F.relu_(y)
-        if self.gelu:
-            y = F.gelu(y)
         if self.shuffle > 1:
             y = F.pixel_shuffle(y, self.shuffle)
         if self.residual is not None:
@@ -449,18 +446,12 @@ class SparseLinear(_SparseBase):
             self._offsets = ld, kernels.OffsetCSR.build(self.csr.crow_indices(), offsets, self.csr.values())
         return self._offsets[1]
 
-    def forward(self, x: Tensor, *, gelu: bool = False) -> Tensor:
-        """``F.linear``, then with ``gelu`` the exact GELU (in the C kernel's pass over its outputs)."""
-        return self._forward(x, Epilogue(gelu=gelu))
-
     def _sparse_forward(self, x: Tensor, epilogue: Epilogue) -> Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if _native(x):
-            out = self._native_forward(x, bias, gelu=epilogue.gelu)
-            return replace(epilogue, gelu=False).apply(out)
-        return epilogue.apply(self._mkl_forward(x, bias))
+        out = self._native_forward(x, bias) if _native(x) else self._mkl_forward(x, bias)
+        return epilogue.apply(out)
 
-    def _native_forward(self, x: Tensor, bias: Tensor | None, *, gelu: bool = False) -> Tensor:
+    def _native_forward(self, x: Tensor, bias: Tensor | None) -> Tensor:
         """C kernel over chunks of tokens, transposed to channel-major and back inside it (in cache)."""
         tokens = x.reshape(-1, self.in_features).contiguous()
         total = tokens.shape[0]
@@ -474,9 +465,7 @@ class SparseLinear(_SparseBase):
 
         def job(start: int, buffers: list[Tensor]) -> None:
             tokens_range = range(start, min(total, start + span))
-            kernels.linear_tokens(
-                out, tokens, weights, bias, span=tokens_range, buffer=buffers[0], ld=ld, gelu=gelu
-            )
+            kernels.linear_tokens(out, tokens, weights, bias, span=tokens_range, buffer=buffers[0], ld=ld)
 
         work = total * (self.csr.values().numel() + width)  # multiply-adds, plus the transposes
         run_chunks(job, range(0, total, span), work, lambda: [x.new_empty(width * ld)])

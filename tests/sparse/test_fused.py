@@ -3,6 +3,7 @@ back, and say so."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -280,6 +281,49 @@ def test_window_attention_refuses_bad_calls() -> None:
         kernels.window_attention(out, qkv, attn, **{**good, "buffer": buffer[:-1]})
     with pytest.raises(ValueError, match="contiguous"):
         kernels.window_attention(out, qkv.double(), attn, **good)
+
+
+def test_mlp_tokens_equals_the_blocks_mlp_on_any_span_and_in_place() -> None:
+    """Spans that start and end inside a chunk of ``ld`` tokens (the last one padded), in place or not: rows
+    outside the span are left alone; within 1e-6 of the output's magnitude."""
+    needs_c()
+    torch.manual_seed(0)
+    fast = sparsify(masked(archs.build("cat-r", 2, **CAT), 0.9), exact=True, min_speedup=0.0)
+    block = next(m for m in fast.modules() if isinstance(m, FusedCATBlock))
+    mlp, dense = block._mlp, block.block
+    assert mlp is not None and mlp.ld % kernels.lanes() == 0
+    tokens = torch.randn(3 * mlp.ld + 5, 96) * 3
+    with torch.inference_mode():
+        expected = tokens + dense.mlp(dense.norm2(tokens))
+    buffer = torch.empty(mlp.buffer_size())
+    for span in (range(len(tokens)), range(7, mlp.ld + 9), range(2 * mlp.ld, len(tokens)), range(3, 3)):
+        out = torch.full_like(tokens, math.nan)
+        kernels.mlp_tokens(out, tokens, mlp, span=span, buffer=buffer)
+        rows = slice(span.start, span.stop)
+        torch.testing.assert_close(out[rows], expected[rows], atol=1e-6 * expected.abs().max().item(), rtol=0)
+        assert out[: span.start].isnan().all() and out[span.stop :].isnan().all()
+    in_place = tokens.clone()
+    kernels.mlp_tokens(in_place, in_place, mlp, span=range(len(tokens)), buffer=buffer)
+    torch.testing.assert_close(in_place, expected, atol=1e-6 * expected.abs().max().item(), rtol=0)
+
+
+def test_mlp_tokens_refuses_bad_calls() -> None:
+    needs_c()
+    torch.manual_seed(0)
+    fast = sparsify(masked(archs.build("cat-r", 2, **CAT), 0.9), exact=True, min_speedup=0.0)
+    mlp = next(m for m in fast.modules() if isinstance(m, FusedCATBlock))._mlp
+    tokens, out, buffer = torch.rand(40, 96), torch.empty(40, 96), torch.empty(mlp.buffer_size())
+    kernels.mlp_tokens(out, tokens, mlp, span=range(40), buffer=buffer)
+    with pytest.raises(ValueError, match="outside"):
+        kernels.mlp_tokens(out, tokens, mlp, span=range(41), buffer=buffer)
+    with pytest.raises(ValueError, match="must both be"):
+        kernels.mlp_tokens(torch.empty(40, 48), torch.rand(40, 48), mlp, span=range(40), buffer=buffer)
+    with pytest.raises(ValueError, match="buffer"):
+        kernels.mlp_tokens(out, tokens, mlp, span=range(40), buffer=buffer[:-1])
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.mlp_tokens(out, tokens.double(), mlp, span=range(40), buffer=buffer)
+    with pytest.raises(ValueError, match="multiple"):
+        dataclasses.replace(mlp, ld=mlp.ld + 1).check()
 
 
 def test_threads_claiming_windows_run_each_once() -> None:

@@ -309,56 +309,20 @@ void iss_conv_tiles(float *out, const float *in, int64_t cs, int64_t ys, int64_t
     }
 }
 
-/* y[k] = GELU(y[k]) for k < count, the last partial vector too. */
-static void gelu_all(float *y, int64_t count)
-{
-    int64_t k = 0;
-    for (; k + LANES <= count; k += LANES) store(y + k, gelu(load(y + k)));
-    if (k < count) {
-        vec v = {0};
-        memcpy(&v, y + k, (count - k) * sizeof(float));
-        v = gelu(v);
-        memcpy(y + k, &v, (count - k) * sizeof(float));
-    }
-}
-
-/* dst[c * dst_row + r] = src[r * src_row + c] for r < rows, c < cols: a matrix transposed, LANES x LANES
- * blocks in registers, the edges element by element (scalar loops took about as long as the products of
- * CAT's widest Linears). */
-static void transpose_matrix(float *dst, int64_t dst_row, const float *src, int64_t src_row, int64_t rows,
-                             int64_t cols)
-{
-    int64_t r = 0;
-    for (; r + LANES <= rows; r += LANES) {
-        int64_t c = 0;
-        for (; c + LANES <= cols; c += LANES) {
-            vec v[LANES];
-            for (int k = 0; k < LANES; k++) v[k] = load(src + (r + k) * src_row + c);
-            transpose(v);
-            for (int k = 0; k < LANES; k++) store(dst + (c + k) * dst_row + r, v[k]);
-        }
-        for (; c < cols; c++)
-            for (int k = 0; k < LANES; k++) dst[c * dst_row + r + k] = src[(r + k) * src_row + c];
-    }
-    for (; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[c * dst_row + r] = src[r * src_row + c];
-}
-
 /* Tokens [t0, t1) of a Linear layer on token-major in[tokens][cin] into token-major out[tokens][cout],
  * `ld` tokens at a time: transpose them into buf (cin rows `ld` apart), run iss_spmm into the cout rows
- * after them (then the exact GELU, `with_gelu`, while they are in cache), and transpose those back out.
+ * after them, and transpose those back out.
  * Both transposes stay in cache, and the rest of the model keeps its token-major layout. `off` holds
  * channel * ld. */
 void iss_linear_tokens(float *out, const float *in, int64_t cin, int64_t cout, int64_t t0, int64_t t1,
                        float *buf, int64_t ld, const int32_t *rowptr, const int32_t *off, const float *val,
-                       const float *bias, int with_gelu)
+                       const float *bias)
 {
     float *xt = buf, *yt = buf + cin * ld;
     for (int64_t first = t0; first < t1; first += ld) {
         const int64_t n = t1 - first < ld ? t1 - first : ld;
         transpose_matrix(xt, ld, in + first * cin, cin, n, cin);
         iss_spmm(yt, (layout){ld, 0, 0, 1}, xt, 0, 1, n, cout, rowptr, off, val, bias, 0, PLAIN);
-        if (with_gelu) gelu_all(yt, cout * ld);
         transpose_matrix(out + first * cout, cout, yt, ld, cout, n);
     }
 }

@@ -380,3 +380,32 @@ void iss_window_attention(float *out, const float *qkv, const window_attention *
         scatter_window(out, o, out_at, c, n);
     }
 }
+
+/* A transformer block's MLP half on its own (CAT's, whose attention runs per window of half the channels). */
+typedef struct {
+    int64_t c, hidden;
+    const float *norm_w, *norm_b;
+    float eps;
+    csr fc1, fc2; /* offsets = input channel * ld, the buffer's row length */
+} mlp_block;
+
+/* out[t] = in[t] + fc2(GELU(fc1(LayerNorm(in[t])))) for tokens [t0, t1) of token-major rows of c channels, ld
+ * tokens at a time (a multiple of LANES) transposed into buf, so that the hidden layer, 4c wide for CAT,
+ * never leaves cache: the per-layer path wrote it out and read it back, the model's largest tensor. buf
+ * holds (2c + hidden) * ld floats; out may be in. A last partial chunk is padded with zero tokens. */
+void iss_mlp_tokens(float *out, const float *in, const mlp_block *m, int64_t t0, int64_t t1, float *buf,
+                    int64_t ld)
+{
+    const int64_t c = m->c;
+    float *x = buf, *t = x + c * ld, *hid = t + c * ld;
+    for (int64_t first = t0; first < t1; first += ld) {
+        const int64_t n = t1 - first < ld ? t1 - first : ld;
+        transpose_matrix(x, ld, in + first * c, c, n, c);
+        for (int64_t ch = 0; n < ld && ch < c; ch++) memset(x + ch * ld + n, 0, (ld - n) * sizeof *x);
+        layer_norm(t, x, c, ld, m->norm_w, m->norm_b, m->eps);
+        linear(hid, t, m->hidden, ld, &m->fc1, NULL);
+        for (int64_t k = 0; k < m->hidden * ld; k += LANES) store(hid + k, gelu(load(hid + k)));
+        linear(x, hid, c, ld, &m->fc2, x);
+        transpose_matrix(out + first * c, c, x, ld, c, n);
+    }
+}
