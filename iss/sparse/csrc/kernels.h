@@ -47,6 +47,19 @@ static inline vec load_half(const half *p)
     return (vec)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 #endif
+/* The first `count` floats at p (count <= LANES) in a vector, the rest 0: one masked load on AVX-512 (a
+ * memcpy per token row cost a fifth of CAT's window attention), else memcpy. */
+static inline vec load_first(const float *p, int count)
+{
+#if LANES == 16
+    return (vec)_mm512_maskz_loadu_ps((__mmask16)((1u << count) - 1), p);
+#else
+    if (count == LANES) return load(p);
+    vec v = {0};
+    memcpy(&v, p, count * sizeof(float));
+    return v;
+#endif
+}
 static inline vec splat(float f) { return (vec){0} + f; }
 static inline vec relu(vec v) { return (vec)((ivec)v & (v > 0)); }
 #if LANES == 16

@@ -213,11 +213,8 @@ static void gather_window(float *x, const float *in, const int32_t *at, int64_t 
     for (int64_t i = 0; i < n; i += LANES)
         for (int64_t ch = 0; ch < c; ch += LANES) {
             const int64_t count = c - ch < LANES ? c - ch : LANES;
-            vec r[LANES] = {{0}};
-            if (count == LANES)
-                for (int k = 0; k < LANES; k++) r[k] = load(in + at[i + k] + ch);
-            else
-                for (int k = 0; k < LANES; k++) memcpy(&r[k], in + at[i + k] + ch, count * sizeof(float));
+            vec r[LANES];
+            for (int k = 0; k < LANES; k++) r[k] = load_first(in + at[i + k] + ch, (int)count);
             transpose(r);
             for (int64_t j = 0; j < count; j++) store(x + (ch + j) * n + i, r[j]);
         }
