@@ -214,7 +214,8 @@ class FusedCATBlock(nn.Module):
         return () if self._mlp is None else ("block.mlp.fc1", "block.mlp.fc2")
 
     def _fused(self, x: Tensor, size: tuple[int, int]) -> Tensor:
-        """``CATBlock.forward`` with the attention of both halves in C, the threads claiming windows."""
+        """``CATBlock.forward`` with the attention of both halves in C, the threads claiming windows, and
+        the MLP half in C where both its Linears are sparse."""
         block, (h, w) = self.block, size
         b, n, c = x.shape
         qkv = block.qkv(block.norm1(x)).contiguous()
@@ -233,17 +234,21 @@ class FusedCATBlock(nn.Module):
         run_chunks(job, range(pool_threads()), work, lambda: [x.new_empty(buffer)])
         lcm = block.get_v(qkv.view(b, h, w, 3, c)[..., 2, :].permute(0, 3, 1, 2))
         x = x + block.proj(attended.add_(to_tokens(lcm)))
-        if self._mlp is None:
-            return x + block.mlp(block.norm2(x))
-        tokens = x.view(b * n, c)
-        span = b * n if pool_threads() == 1 else LANES * math.ceil(b * n / (4 * pool_threads() * LANES))
+        return x + block.mlp(block.norm2(x)) if self._mlp is None else self._add_mlp(x)
 
-        def mlp(start: int, buffers: list[Tensor]) -> None:
-            kernels.mlp_tokens(tokens, tokens, self._mlp, span=range(start, min(b * n, start + span)),
-                               buffer=buffers[0])  # fmt: skip
+    def _add_mlp(self, x: Tensor) -> Tensor:
+        """``x + mlp(norm2(x))`` in place (``x`` is the block's own intermediate), by ``iss_mlp_tokens`` on
+        chunks of tokens that the threads take in turn."""
+        tokens = x.view(-1, x.shape[-1])
+        total, threads = tokens.shape[0], pool_threads()
+        span = total if threads == 1 else LANES * math.ceil(total / (4 * threads * LANES))
+
+        def job(start: int, buffers: list[Tensor]) -> None:
+            chunk = range(start, min(total, start + span))
+            kernels.mlp_tokens(tokens, tokens, self._mlp, span=chunk, buffer=buffers[0])
 
         nnz = sum(weight.values.numel() for weight, _ in (self._mlp.fc1, self._mlp.fc2))
-        run_chunks(mlp, range(0, b * n, span), b * n * nnz, lambda: [x.new_empty(self._mlp.buffer_size())])
+        run_chunks(job, range(0, total, span), total * nnz, lambda: [x.new_empty(self._mlp.buffer_size())])
         return x
 
     def extra_repr(self) -> str:

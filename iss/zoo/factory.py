@@ -629,11 +629,11 @@ def add_recordings(
     from iss.train.recording import RUNS, drop_states, merge_recordings
 
     recorded = recorded_groups(plan)
+    done = {*names, *(landed or ())}
     written = []
     for group in recorded:
         cells = {c.method: c for c in plan.cells if c.group == group and c.method in RUNS}
         parts = {run: work / cells[run].name / "recording" for run in cells}
-        done = {*names, *(landed or [])}
         if not any(c.name in names for c in cells.values()) or not all(
             c.name in done and (parts[r] / "run.json").is_file() for r, c in cells.items()
         ):
