@@ -10,7 +10,7 @@
  * FMA per non-zero and vector, instead of the load-FMA-store of an axpy; that is what makes it about 2x
  * faster than MKL's CSR product. The epilogue (ReLU, scale, residual add) is applied in registers before
  * the single store. The entry points below (iss_conv_tiles, iss_linear_tokens) first bring a cache-sized
- * piece of the input into that layout; swin.c runs whole transformer blocks on it. */
+ * piece of the input into that layout; swin.c runs transformer blocks, or their parts, on it. */
 #include <math.h>
 
 #include "kernels.h"

@@ -3,7 +3,9 @@
  * softmax(q k^T + position bias + mask) v, sparse proj, residual, LayerNorm, sparse fc1, GELU, sparse fc2,
  * residual, scatter back. The window (64 tokens x 60 channels for SwinIR-light) stays channel-major in a
  * buffer that fits a core's L2 cache, so the block reads and writes its tokens once instead of ~15 times
- * for PyTorch's op-by-op execution, and no (windows x heads x N x N) attention tensor is ever stored. */
+ * for PyTorch's op-by-op execution, and no (windows x heads x N x N) attention tensor is ever stored.
+ * CAT's block, whose two halves attend in different windows, runs its parts the same way: the attention per
+ * window (iss_window_attention), the MLP half per chunk of tokens (iss_mlp_tokens). */
 #include <math.h>
 
 #include "kernels.h"
