@@ -267,8 +267,8 @@ def _mlp_block(block: CATBlock) -> kernels.MLPBlock | None:
     ld = max(LANES, LINEAR_BUFFER_BYTES // (4 * (2 * c + hidden)) // LANES * LANES)
 
     def linear(layer: SparseLinear) -> tuple[kernels.OffsetCSR, Tensor | None]:
-        csr, bias = layer.csr, None if layer.bias is None else layer.bias.detach().float().contiguous()
-        return kernels.OffsetCSR.build(csr.crow_indices(), csr.col_indices().long() * ld, csr.values()), bias
+        bias = None if layer.bias is None else layer.bias.float().contiguous()
+        return layer._offset_csr(ld), bias
 
     weights = norm.weight.detach().float().contiguous(), norm.bias.detach().float().contiguous()
     result = kernels.MLPBlock(ld, (*weights, norm.eps), linear(mlp.fc1), linear(mlp.fc2))
