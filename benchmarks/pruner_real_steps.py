@@ -10,6 +10,11 @@ ran (its training-data paths are relative; the zoo factory's are ``../shared/dat
 
     python benchmarks/pruner_real_steps.py ../zoo-runs/cpu2/edsr-l_x2_iss-p_r0.95/state.pt --steps 8
     python benchmarks/pruner_real_steps.py STATE --steps 8 --code /tmp/old-checkout
+    python benchmarks/pruner_real_steps.py ../zoo-runs/cpu2/swinir-light_x2_iht_r0.95/state.pt \
+        --warmup 30 --steps 200
+
+A run that was compiled (``--pick-mode`` chose it) is compiled here too; ``--warmup`` steps, untimed, take
+the compilation.
 """
 
 from __future__ import annotations
@@ -28,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("state", type=Path, help="a training run's state.pt")
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=0, help="untimed steps first (compiled runs compile)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--telemetry", action="store_true", help="also record the Analysis tab's series, as the factory does"
+    )
     p.add_argument("--code", type=Path, default=ROOT, help="the checkout whose iss is timed")
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.code))
@@ -37,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from iss import archs, pruning
     from iss.train import TrainConfig
     from iss.train.config import pruner_options
-    from iss.train.loop import Trainer, _batches, _Dist, _restore
+    from iss.train.loop import Trainer, _batches, _Dist, _restore, precision
+    from iss.train.recording import RunTrace
 
     torch.set_num_threads(args.threads)
     saved = torch.load(args.state, map_location="cpu", weights_only=True)["config"]
@@ -45,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     config = dataclasses.replace(config, out=None, val_data=None)  # amp as the run picked it
     model = archs.build(config.arch, config.scale, **config.arch_kwargs)
     pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
-    trainer = Trainer(model, pruner, config)
+    trainer = Trainer(torch.compile(model) if config.compile else model, pruner, config)  # as the run ran
     start = _restore(args.state, config, model, trainer, pruner, _Dist())
     batches = _batches(config, _Dist(), torch.device("cpu"), start)
 
@@ -57,19 +67,34 @@ def main(argv: list[str] | None = None) -> int:
         step()
         pruner_seconds += time.perf_counter() - began
 
+    batches = iter(batches)
+    for _, (lr, hr) in zip(range(args.warmup), batches, strict=False):
+        trainer.step(lr, hr)
     pruner.step = timed_step
+    telemetry = pruning.TelemetryRecorder(pruner) if args.telemetry else None
+    trace, telemetry_seconds = RunTrace(layers=pruner.layer_names), 0.0
     began = time.perf_counter()
     for _, (lr, hr) in zip(range(args.steps), batches, strict=False):
-        trainer.step(lr, hr)
+        loss = trainer.step(lr, hr)
+        if telemetry is not None:  # as the factory's TrainRecorder, each CPU iteration
+            recorded = time.perf_counter()
+            telemetry.record(loss)
+            for stats, value in telemetry.flush():
+                trace.observe(stats)
+                trace.commit(stats.iteration, value)
+            telemetry_seconds += time.perf_counter() - recorded
     seconds = time.perf_counter() - began
     digest = hashlib.sha256()
     for tensor in [*model.state_dict().values(), *pruner.masks.values()]:
         digest.update(tensor.contiguous().numpy().tobytes())
     print(
         f"{config.arch} x{config.scale} {config.method} from iteration {start}, "
-        f"{args.steps} steps, {'bf16' if config.amp else 'fp32'}, {args.threads} thread(s), {args.code}: "
+        f"{args.steps} steps after {args.warmup}, {precision(config)}, {args.threads} thread(s), "
+        f"{args.code}: "
         f"{1000 * seconds / args.steps:.0f} ms/step, pruner {1000 * pruner_seconds / args.steps:.0f} ms "
-        f"({100 * pruner_seconds / seconds:.0f}%), weights+masks sha256 {digest.hexdigest()[:16]}"
+        f"({100 * pruner_seconds / seconds:.0f}%), "
+        + (f"telemetry {1000 * telemetry_seconds / args.steps:.1f} ms, " if args.telemetry else "")
+        + f"weights+masks sha256 {digest.hexdigest()[:16]}"
     )
     return 0
 
