@@ -1,0 +1,54 @@
+"""benchmarks/pruner_real_steps.py: the steps it times from a run's saved state are the run's own steps."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from iss.train import TrainConfig, train
+from tests.common import ROOT
+
+TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
+
+
+def _benchmark():
+    path = ROOT / "benchmarks" / "pruner_real_steps.py"
+    spec = importlib.util.spec_from_file_location("pruner_real_steps", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_steps_from_a_saved_state_train_bit_for_bit_as_the_run(tmp_path: Path, capsys) -> None:
+    """Resumed from the state saved at iteration 3, its 3 steps (pruning, then fine-tuning, with the
+    telemetry recorded) end on the weights and masks the uninterrupted run ended on."""
+    folder = tmp_path / "train"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    config = TrainConfig(
+        arch="swinir-light", scale=2, method="iss-p", ratio=0.5, iters=6, prune_iters=4, batch=2, patch=8,
+        train_data=(str(folder),), out=str(tmp_path / "run"), save_every=3, threads=1,
+        arch_kwargs=TINY_SWINIR,
+    )  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        for event in train(config):
+            if event.iteration == 3:
+                shutil.copy(tmp_path / "run" / "state.pt", tmp_path / "state3.pt")
+        digest = hashlib.sha256()
+        for tensor in [*event.model.state_dict().values(), *event.trainer.pruner.masks.values()]:
+            digest.update(tensor.contiguous().numpy().tobytes())
+        assert _benchmark().main([str(tmp_path / "state3.pt"), "--steps", "3", "--telemetry"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("swinir-light x2 iss-p from iteration 3, 3 steps after 0, eager fp32, 1 thread(s)")
+    assert "telemetry" in line and line.endswith(f"weights+masks sha256 {digest.hexdigest()[:16]}")
