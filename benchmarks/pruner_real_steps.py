@@ -23,7 +23,9 @@ import argparse
 import dataclasses
 import hashlib
 import sys
+import tempfile
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=0, help="untimed steps first (compiled runs compile)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument(
-        "--telemetry", action="store_true", help="also record the Analysis tab's series, as the factory does"
+        "--telemetry",
+        action="store_true",
+        help="record the Analysis tab's series too (TrainRecorder)",
     )
     p.add_argument("--code", type=Path, default=ROOT, help="the checkout whose iss is timed")
     args = p.parse_args(argv)
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from iss.train import TrainConfig
     from iss.train.config import pruner_options
     from iss.train.loop import Trainer, _batches, _Dist, _restore, precision
-    from iss.train.recording import RunTrace
+    from iss.train.recording import TrainRecorder
 
     torch.set_num_threads(args.threads)
     saved = torch.load(args.state, map_location="cpu", weights_only=True)["config"]
@@ -71,19 +75,22 @@ def main(argv: list[str] | None = None) -> int:
     for _, (lr, hr) in zip(range(args.warmup), batches, strict=False):
         trainer.step(lr, hr)
     pruner.step = timed_step
-    telemetry = pruning.TelemetryRecorder(pruner) if args.telemetry else None
-    trace, telemetry_seconds = RunTrace(layers=pruner.layer_names), 0.0
+    scratch = tempfile.TemporaryDirectory()
+    recorder = TrainRecorder(scratch.name, config.method, {"scale": config.scale}) if args.telemetry else None
+    telemetry_seconds = 0.0
     began = time.perf_counter()
-    for _, (lr, hr) in zip(range(args.steps), batches, strict=False):
+    first = start + args.warmup + 1
+    for iteration, (lr, hr) in zip(range(first, first + args.steps), batches, strict=False):
         loss = trainer.step(lr, hr)
-        if telemetry is not None:  # as the factory's TrainRecorder, each CPU iteration
+        if recorder is not None:  # fed as the factory feeds it on a CPU, where every loss is read
             recorded = time.perf_counter()
-            telemetry.record(loss)
-            for stats, value in telemetry.flush():
-                trace.observe(stats)
-                trace.commit(stats.iteration, value)
+            event = types.SimpleNamespace(
+                iteration=iteration, loss=float(loss), model=model, trainer=trainer, saved=False
+            )
+            recorder.observe(event)
             telemetry_seconds += time.perf_counter() - recorded
     seconds = time.perf_counter() - began
+    scratch.cleanup()
     digest = hashlib.sha256()
     for tensor in [*model.state_dict().values(), *pruner.masks.values()]:
         digest.update(tensor.contiguous().numpy().tobytes())
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.code}: "
         f"{1000 * seconds / args.steps:.0f} ms/step, pruner {1000 * pruner_seconds / args.steps:.0f} ms "
         f"({100 * pruner_seconds / seconds:.0f}%), "
-        + (f"telemetry {1000 * telemetry_seconds / args.steps:.1f} ms, " if args.telemetry else "")
+        + (f"telemetry {1000 * telemetry_seconds / args.steps:.1f} ms, " if recorder is not None else "")
         + f"weights+masks sha256 {digest.hexdigest()[:16]}"
     )
     return 0
