@@ -11,7 +11,7 @@ ran (its training-data paths are relative; the zoo factory's are ``../shared/dat
     python benchmarks/pruner_real_steps.py ../zoo-runs/cpu2/edsr-l_x2_iss-p_r0.95/state.pt --steps 8
     python benchmarks/pruner_real_steps.py STATE --steps 8 --code /tmp/old-checkout
     python benchmarks/pruner_real_steps.py ../zoo-runs/cpu2/swinir-light_x2_iht_r0.95/state.pt \
-        --warmup 30 --steps 200
+        --warmup 30 --steps 300 --telemetry
 
 A run that was compiled (``--pick-mode`` chose it) is compiled here too; ``--warmup`` steps, untimed, take
 the compilation.
