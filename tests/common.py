@@ -17,6 +17,8 @@ from iss.pruning import telemetry
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))  # SwinIR-light with a few thousand weights
+# The tiny SwinIR that training tests run on LR patches of 8 (windows of 4; lists, as a JSON plan holds them).
+TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
 # Constructor overrides giving a model small enough for a fast forward; every registered arch needs one.
 TINY_ARCHS = {
     "swinir-light": dict(embed_dim=12, depths=(2, 2), num_heads=(2, 2)),

@@ -7,14 +7,10 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image
 
 from iss.train import TrainConfig, train
-from tests.common import ROOT
-
-TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
+from tests.common import ROOT, TINY_SWINIR
 
 
 def _benchmark():
@@ -25,17 +21,14 @@ def _benchmark():
     return module
 
 
-def test_steps_from_a_saved_state_train_bit_for_bit_as_the_run(tmp_path: Path, capsys) -> None:
+def test_steps_from_a_saved_state_train_bit_for_bit_as_the_run(
+    tmp_path: Path, data_dir: Path, capsys
+) -> None:
     """Resumed from the state saved at iteration 3, its 3 steps (pruning, then fine-tuning, with the
     telemetry recorded) end on the weights and masks the uninterrupted run ended on."""
-    folder = tmp_path / "train"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(3):
-        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i}.png")
     config = TrainConfig(
         arch="swinir-light", scale=2, method="iss-p", ratio=0.5, iters=6, prune_iters=4, batch=2, patch=8,
-        train_data=(str(folder),), out=str(tmp_path / "run"), save_every=3, threads=1,
+        train_data=(str(data_dir / "train" / "a"),), out=str(tmp_path / "run"), save_every=3, threads=1,
         arch_kwargs=TINY_SWINIR,
     )  # fmt: skip
     threads = torch.get_num_threads()

@@ -24,9 +24,7 @@ from iss.train import NonFiniteLossError, Trainer
 from iss.train import cli as train_cli
 from iss.train import loop as train_mod
 from iss.train.config import TrainConfig
-from tests.common import TINY_ARCHS, NoHostSync
-
-TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
+from tests.common import TINY_ARCHS, TINY_SWINIR, NoHostSync
 
 
 class _StandInPruner:

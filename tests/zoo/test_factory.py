@@ -23,9 +23,7 @@ from iss.train.recording import load_recording, optimizer_runs
 from iss.ui import analysis
 from iss.zoo import factory
 from iss.zoo.plan import load_plan
-from tests.common import ROOT
-
-TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}
+from tests.common import ROOT, TINY_SWINIR
 
 
 def _plan(tmp_path: Path, iters: tuple[int, int] = (40, 30)) -> Path:
