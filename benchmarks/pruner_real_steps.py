@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import os
 import sys
 import tempfile
 import time
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     pruner = pruning.build(config.method, model, config.ratio, **pruner_options(config))
     trainer = Trainer(torch.compile(model) if config.compile else model, pruner, config)  # as the run ran
     start = _restore(args.state, config, model, trainer, pruner, _Dist())
-    batches = _batches(config, _Dist(), torch.device("cpu"), start)
+    batches = iter(_batches(config, _Dist(), torch.device("cpu"), start))
 
     pruner_seconds, step = 0.0, pruner.step
 
@@ -71,12 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         step()
         pruner_seconds += time.perf_counter() - began
 
-    batches = iter(batches)
     for _, (lr, hr) in zip(range(args.warmup), batches, strict=False):
         trainer.step(lr, hr)
     pruner.step = timed_step
-    scratch = tempfile.TemporaryDirectory()
-    recorder = TrainRecorder(scratch.name, config.method, {"scale": config.scale}) if args.telemetry else None
+    scratch = tempfile.mkdtemp()  # where a recorder would write (it writes only when a run saves)
+    recorder = TrainRecorder(scratch, config.method, {"scale": config.scale}) if args.telemetry else None
     telemetry_seconds = 0.0
     began = time.perf_counter()
     first = start + args.warmup + 1
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             recorder.observe(event)
             telemetry_seconds += time.perf_counter() - recorded
     seconds = time.perf_counter() - began
-    scratch.cleanup()
+    os.rmdir(scratch)
     digest = hashlib.sha256()
     for tensor in [*model.state_dict().values(), *pruner.masks.values()]:
         digest.update(tensor.contiguous().numpy().tobytes())
