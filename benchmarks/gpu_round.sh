@@ -6,7 +6,9 @@
 # checkpoints/zoo_plan.json), ARCH and JOBS (default: the plan's first group's backbone and its number of
 # methods, all trained at once), CONFIG (batch x LR patch, default the first group's), WORK (default
 # /root/zoo), DATA (default .gpu/data). CELLS (comma-separated cells of PLAN, say of the CPU plan): train
-# those at the plan's own budget and recipe, JOBS (default 1) at a time, without steps 1 and 2.
+# those at the plan's own budget and recipe, JOBS (default 1) at a time, without steps 1 and 2; with
+# STATES=1, also bring back the training state of each of them that did not finish, in 15 MiB parts
+# (states.tar.part-NN), to go on training on the CPU: cat "$OUT"/states.tar.part-* | tar -x -C WORK.
 set -u
 start=$SECONDS jobs_given=${JOBS:-}
 ROUND_SECONDS=${ROUND_SECONDS:-540} PLAN=${PLAN:-checkpoints/zoo_plan.json}
@@ -29,7 +31,13 @@ if [[ -n ${CELLS:-} ]]; then
     timeout $(( $(left) - 15 )) "$python" -m iss zoo train --plan "$PLAN" --work "$WORK" --data-dir "$DATA" \
         --cells "$CELLS" --jobs "${jobs_given:-1}" --minutes "$minutes" --keep-going 2>&1 | tee "$OUT/train.log"
     "$python" -m iss zoo status --plan "$PLAN" --work "$WORK" | grep -E "^($(tr , '|' <<< "$CELLS")) "
-    "$python" -m iss zoo export --plan "$PLAN" --work "$WORK" --out "$OUT" --max-files 7
+    unfinished=$(cd "$WORK" && for cell in ${CELLS//,/ }; do [[ -f $cell/state.pt && ! -f $cell/model.safetensors ]] && echo "$cell/state.pt"; done)
+    parts=0
+    if [[ -n ${STATES:-} && -n $unfinished ]]; then
+        (cd "$WORK" && tar -c $unfinished) | split -b 15M -d - "$OUT/states.tar.part-"
+        parts=$(ls "$OUT"/states.tar.part-* | wc -l)
+    fi
+    "$python" -m iss zoo export --plan "$PLAN" --work "$WORK" --out "$OUT" --max-files $((7 - parts))
     echo "round took $((SECONDS - start)) s"
     exit 0
 fi
