@@ -610,6 +610,12 @@ def _validation_samples(config: TrainConfig) -> list:
     return list(BenchmarkSet(folder.parent, folder.name, config.scale))
 
 
+def _folder_names(folders: Any) -> list[str]:
+    """Training folders by name: a run may go on where they live elsewhere (say, a GPU machine's packed copy
+    of the same images, the training state brought back to the CPU)."""
+    return [Path(folder).name for folder in folders]
+
+
 def _check_same_run(config: TrainConfig, saved: dict[str, Any], path: Path) -> None:
     """Refuse to resume a state written by a different configuration (only iters/logging may change)."""
     free = {
@@ -626,7 +632,8 @@ def _check_same_run(config: TrainConfig, saved: dict[str, Any], path: Path) -> N
         "data_on_device",
         "checkpoint_dtype",
     }
-    current = config.to_dict()
+    current = {**config.to_dict(), "train_data": _folder_names(config.train_data)}
+    saved = {**saved, "train_data": _folder_names(saved.get("train_data", ()))}
     changed = sorted(k for k in current if k not in free and current[k] != saved.get(k))
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in changed)

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -314,6 +315,20 @@ def test_resume_refuses_a_changed_config(tiny_run: dict, tmp_path: Path) -> None
     list(train_mod.train(config))
     with pytest.raises(ValueError, match="ratio"):
         next(train_mod.train(dataclasses.replace(config, ratio=0.7, iters=6), resume=True))
+
+
+def test_resume_follows_the_training_folders_by_name(tiny_run: dict, tmp_path: Path) -> None:
+    """A state trained on a packed copy of the images (a GPU round's) goes on from the same folder elsewhere,
+    but not from a differently named one."""
+    config = _config(tmp_path, tiny_run, iters=3)
+    list(train_mod.train(config))
+    moved = tmp_path / "elsewhere" / "train"
+    shutil.copytree(config.train_data[0], moved)
+    moved_config = dataclasses.replace(config, iters=4, train_data=(str(moved),))
+    assert [e.iteration for e in train_mod.train(moved_config, resume=True)] == [4]
+    renamed = shutil.copytree(moved, tmp_path / "other")
+    with pytest.raises(ValueError, match="train_data"):
+        next(train_mod.train(dataclasses.replace(config, iters=5, train_data=(str(renamed),)), resume=True))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "foreign"])
