@@ -1,10 +1,12 @@
-"""Shared by the tests: the repository root, tiny model configurations (fast on CPU), random masks, hostile
-image files, a host-sync detector."""
+"""Shared by the tests: the repository root, the benchmark scripts, tiny model configurations (fast on CPU),
+random masks, hostile image files, a host-sync detector."""
 
+import importlib.util
 import io
 import struct
 import zlib
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -16,6 +18,16 @@ import iss.pruning
 from iss.pruning import telemetry
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 TINY = dict(embed_dim=12, depths=(2,), num_heads=(2,))  # SwinIR-light with a few thousand weights
 # The tiny SwinIR that training tests run on LR patches of 8 (windows of 4; lists, as a JSON plan holds them).
 TINY_SWINIR = {"embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4}

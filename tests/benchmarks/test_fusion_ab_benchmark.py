@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
 import torch
-from common import ROOT, TINY_ARCHS, masked
+from common import TINY_ARCHS, load_benchmark, masked
 
 from iss import archs
 from iss.sparse import kernels
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("fusion_ab", ROOT / "benchmarks" / "fusion_ab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(autouse=True)
@@ -28,16 +20,16 @@ def _needs_c() -> None:
 
 def test_without_unread_channels_the_upsampler_computes_every_channel() -> None:
     model = masked(archs.build("edsr-l", 2, **{**TINY_ARCHS["edsr-l"], "num_feat": 32}), 0.99)
-    plain = _benchmark().without("unread-channels", model)
+    plain = load_benchmark("fusion_ab").without("unread-channels", model)
     assert plain.upsample[-2].conv.out_channels == 4 * 32 and plain.conv_last.in_channels == 32
     with pytest.raises(ValueError, match="unknown fusion"):
-        _benchmark().without("everything", model)
+        load_benchmark("fusion_ab").without("everything", model)
 
 
 def test_patch_embed_run_prints_both_models(capsys: pytest.CaptureFixture[str]) -> None:
     torch_threads = torch.get_num_threads()
     args = ["swinir-light", "0.95", "16", "--without", "patch-embed", "--reps", "1", "--pause", "0"]
-    _benchmark().main(args)
+    load_benchmark("fusion_ab").main(args)
     torch.set_num_threads(torch_threads)
     out = capsys.readouterr().out
     assert re.search(r"^  with +\d+\.\d.*patch_embed \d", out, re.M)
@@ -49,7 +41,7 @@ def test_without_cat_block_the_blocks_are_plain() -> None:
     from iss.sparse.fused import FusedCATBlock
 
     model = masked(archs.build("cat-r", 2, **TINY_ARCHS["cat-r"]), 0.95)
-    plain = _benchmark().without("cat-block", model)
+    plain = load_benchmark("fusion_ab").without("cat-block", model)
     assert not any(isinstance(m, FusedCATBlock) for m in plain.modules())
     assert sum(isinstance(m, CATBlock) for m in plain.modules()) == 2
     x = torch.rand(1, 3, 16, 16)

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
-
-from tests.common import ROOT
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("mask_overlap", ROOT / "benchmarks" / "mask_overlap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from common import ROOT, load_benchmark
 
 
 def test_shared_counts_kept_weights_of_the_other_per_kind_and_overall() -> None:
-    shared = _benchmark().shared
+    shared = load_benchmark("mask_overlap").shared
     ref = {"layers.0.conv.weight": np.array([1, 1, 0, 0], dtype=bool),
            "layers.1.conv.weight": np.array([1, 0, 0, 0], dtype=bool),
            "upsample.0.weight": np.array([0, 0, 1, 1], dtype=bool)}  # fmt: skip
@@ -30,7 +20,7 @@ def test_shared_counts_kept_weights_of_the_other_per_kind_and_overall() -> None:
 def test_bundled_srp_keeps_exactly_l1s_weights_at_099(capsys) -> None:
     """SRP and L1 both pick the largest |w| of the same initialisation and never re-pick."""
     ckpt = ROOT / "checkpoints"
-    _benchmark().main([str(ckpt / "swinir-light_x4_l1_r0.99.safetensors"),
+    load_benchmark("mask_overlap").main([str(ckpt / "swinir-light_x4_l1_r0.99.safetensors"),
                        str(ckpt / "swinir-light_x4_srp_r0.99.safetensors")])  # fmt: skip
     rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines()}
     assert rows["all"].endswith("| 1.00 |")

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import shutil
 from pathlib import Path
 
 import torch
+from common import TINY_SWINIR, load_benchmark
 
 from iss.train import TrainConfig, train
-from tests.common import ROOT, TINY_SWINIR
-
-
-def _benchmark():
-    path = ROOT / "benchmarks" / "pruner_real_steps.py"
-    spec = importlib.util.spec_from_file_location("pruner_real_steps", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_steps_from_a_saved_state_train_bit_for_bit_as_the_run(
@@ -39,7 +30,8 @@ def test_steps_from_a_saved_state_train_bit_for_bit_as_the_run(
         digest = hashlib.sha256()
         for tensor in [*event.model.state_dict().values(), *event.trainer.pruner.masks.values()]:
             digest.update(tensor.contiguous().numpy().tobytes())
-        assert _benchmark().main([str(tmp_path / "state3.pt"), "--steps", "3", "--telemetry"]) == 0
+        steps = load_benchmark("pruner_real_steps").main
+        assert steps([str(tmp_path / "state3.pt"), "--steps", "3", "--telemetry"]) == 0
     finally:
         torch.set_num_threads(threads)
     line = capsys.readouterr().out.strip().splitlines()[-1]

@@ -4,19 +4,12 @@ them at the same share of their budgets."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
+from common import load_benchmark
+
 from iss.train import cli as train_cli
-from tests.common import ROOT
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("recipe_curves", ROOT / "benchmarks" / "recipe_curves.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _args(work: Path) -> argparse.Namespace:
@@ -25,7 +18,7 @@ def _args(work: Path) -> argparse.Namespace:
 
 
 def test_every_recipe_is_a_train_command_with_its_budget(tmp_path: Path) -> None:
-    bench = _benchmark()
+    bench = load_benchmark("recipe_curves")
     parser = argparse.ArgumentParser()
     train_cli.add_arguments(parser)
     configs = {}
@@ -40,7 +33,7 @@ def test_every_recipe_is_a_train_command_with_its_budget(tmp_path: Path) -> None
 
 
 def test_report_scores_recipes_at_the_same_share_of_their_budgets(tmp_path: Path, capsys) -> None:
-    bench = _benchmark()
+    bench = load_benchmark("recipe_curves")
     speeds = {"eager fp32": 6.0, "eager bf16": 9.0, "compiled fp32": 7.0, "compiled bf16": 12.0}
     budget = {"cpu": "test", "minutes": 48.0, "speeds": speeds, "iters": {"A_today": 17280, "B_fast": 34560}}
     (tmp_path / "budgets.json").write_text(json.dumps(budget))
@@ -62,7 +55,7 @@ def test_report_scores_recipes_at_the_same_share_of_their_budgets(tmp_path: Path
 
 def test_a_zoo_cell_curve_is_timed_by_the_mode_it_picked(tmp_path: Path, capsys) -> None:
     """``cell``: a factory cell's validations, at the idle minutes of the mode its run picked."""
-    bench = _benchmark()
+    bench = load_benchmark("recipe_curves")
     config = {"iters": 8000, "prune_iters": 4000, "batch": 4, "patch": 16, "lr": 5e-4, "schedule": "cosine",
               "amp": True, "compile": False}  # fmt: skip
     speeds = {"eager fp32": 0.7, "eager bf16": 1.25, "compiled fp32": 0.75, "compiled bf16": 1.2}

@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from common import ROOT, load_benchmark
 
 from iss.train.recording import load_recording
 from iss.zoo import factory
 from iss.zoo.plan import load_plan
-from tests.common import ROOT
 from tests.zoo.test_factory import _plan
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("seed_spread", ROOT / "benchmarks" / "seed_spread.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_seed_plan_keeps_the_groups_budget_and_only_changes_the_seed(tmp_path: Path) -> None:
     raw = json.loads(_plan(tmp_path).read_text())
-    plan = _benchmark().seed_plan(raw, ["swinir-light_x2_r0.5"], ["iht"], seed=3)
+    plan = load_benchmark("seed_spread").seed_plan(raw, ["swinir-light_x2_r0.5"], ["iht"], seed=3)
     assert plan["train_data"] == raw["train_data"] and plan["defaults"] == raw["defaults"]
     assert plan["groups"] == [{**raw["groups"][0], "seed": 3, "methods": ["iht"]}]
 
 
 def test_seed_plan_refuses_a_group_or_method_the_plan_lacks(tmp_path: Path) -> None:
-    raw, seed_plan = json.loads(_plan(tmp_path).read_text()), _benchmark().seed_plan
+    raw, seed_plan = json.loads(_plan(tmp_path).read_text()), load_benchmark("seed_spread").seed_plan
     with pytest.raises(ValueError, match=r"groups not in the plan: swinir-light_x4_r0\.5"):
         seed_plan(raw, ["swinir-light_x2_r0.5", "swinir-light_x4_r0.5"], ["iht"], seed=1)
     with pytest.raises(ValueError, match="does not train l1"):
@@ -40,7 +32,7 @@ def test_seed_plan_refuses_a_group_or_method_the_plan_lacks(tmp_path: Path) -> N
 def test_summarize_spreads_over_seeds_and_leads_per_seed() -> None:
     runs = {"iss-p": {0: {"Set5": 30.0, "B100": 27.0}, 1: {"Set5": 30.4}, 2: {"Set5": 30.2}},
             "iht": {0: {"Set5": 29.9, "B100": 27.2}, 1: {"Set5": 30.5}}}  # fmt: skip
-    summary = _benchmark().summarize(runs, ["Set5", "B100"])
+    summary = load_benchmark("seed_spread").summarize(runs, ["Set5", "B100"])
     assert summary["methods"]["iss-p"]["Set5"] == pytest.approx(
         {"mean": 30.2, "min": 30.0, "max": 30.4, "seeds": 3}
     )
@@ -58,7 +50,7 @@ def test_report_reads_seed_0_from_the_zoo_and_trains_other_seeds_at_the_same_bud
     """Seed 0 is the zoo's entry (refused when its budget differs); seed 1 trains through the factory from
     other initial weights, so its PSNR differs; the lead is the first method's PSNR minus the second's; the
     seed's ISS-P/IHT pair is merged into one recording."""
-    bench, base, work = _benchmark(), _plan(tmp_path, iters=(20, 20)), tmp_path / "seeds"
+    bench, base, work = load_benchmark("seed_spread"), _plan(tmp_path, iters=(20, 20)), tmp_path / "seeds"
     group, manifest = ["--groups", "swinir-light_x2_r0.5", "--plan", str(base)], tmp_path / "zoo" / "zoo.json"
     bench.write_plans(base, ["swinir-light_x2_r0.5"], ["iss-p", "iht"], [0], work)
     seed0 = load_plan(work / "plan_seed0.json")
@@ -98,7 +90,7 @@ def test_report_reads_seed_0_from_the_zoo_and_trains_other_seeds_at_the_same_bud
 
 def test_seed_0_of_methods_without_a_pruning_stage_is_the_bundled_entry(tmp_path: Path) -> None:
     """The zoo records K_p 0 for L1 (it fine-tunes for the whole budget), the plan its group's K_p."""
-    bench, zoo = _benchmark(), ROOT / "checkpoints" / "zoo.json"
+    bench, zoo = load_benchmark("seed_spread"), ROOT / "checkpoints" / "zoo.json"
     plan = zoo.with_name("zoo_plan_cpu.json")
     bench.write_plans(plan, ["swinir-light_x2_r0.95"], ["l1", "srp"], [0], tmp_path)  # first-round cells
     psnr = bench.collect(zoo, tmp_path, [0], ["Set5"], None)["swinir-light_x2_r0.95"]

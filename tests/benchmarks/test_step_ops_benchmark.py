@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
-
-from tests.common import ROOT
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("step_ops", ROOT / "benchmarks" / "step_ops.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from common import load_benchmark
 
 
 def test_count_ops_counts_each_operator_call() -> None:
-    count_ops = _benchmark().count_ops
+    count_ops = load_benchmark("step_ops").count_ops
     a, b = torch.ones(3), torch.ones(3)
     assert count_ops(lambda: a + b) == 1
     assert count_ops(lambda: (a * b).sum()) == 2
@@ -25,7 +15,7 @@ def test_count_ops_counts_each_operator_call() -> None:
 
 def test_a_step_makes_as_many_calls_at_batch_2_as_at_4() -> None:
     """What the docs rely on: at a small batch the calls, not the pixels, set an eager GPU step's pace."""
-    step_ops = _benchmark().step_ops
+    step_ops = load_benchmark("step_ops").step_ops
     one, two = step_ops("swinir-light", 2, 2, 8), step_ops("swinir-light", 2, 4, 8)
     assert one == two
     assert 0 < one[0] < one[1]

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-from tests.common import ROOT
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "train_throughput", ROOT / "benchmarks" / "train_throughput.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from common import load_benchmark
 
 
 def test_tiny_run_reports_both_modes_and_shares(tmp_path: Path, data_root: Path, monkeypatch) -> None:
@@ -23,7 +13,7 @@ def test_tiny_run_reports_both_modes_and_shares(tmp_path: Path, data_root: Path,
     out = tmp_path / "tp.json"
     argv = ["--tiny", "--archs", "swinir-light,edsr-l", "--threads", "1", "--steps", "2",
             "--data", str(data_root / "train" / "T91"), "--json", str(out)]  # fmt: skip
-    assert _benchmark().main(argv) == 0
+    assert load_benchmark("train_throughput").main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [(r["arch"], r["mode"]) for r in rows] == [
         ("swinir-light", "eager"), ("swinir-light", "fast"), ("edsr-l", "eager"), ("edsr-l", "fast"),

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from common import TINY_ARCHS, TINY_SWINIR, NoHostSync
 from PIL import Image
 from torch import nn
 
@@ -25,7 +26,6 @@ from iss.train import NonFiniteLossError, Trainer
 from iss.train import cli as train_cli
 from iss.train import loop as train_mod
 from iss.train.config import TrainConfig
-from tests.common import TINY_ARCHS, TINY_SWINIR, NoHostSync
 
 
 class _StandInPruner:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from common import ROOT, TINY_SWINIR
 
 from iss import checkpoint, cli, train, zoo
 from iss.evaluate import evaluate
@@ -23,7 +24,6 @@ from iss.train.recording import load_recording, optimizer_runs
 from iss.ui import analysis
 from iss.zoo import factory
 from iss.zoo.plan import load_plan
-from tests.common import ROOT, TINY_SWINIR
 
 
 def _plan(tmp_path: Path, iters: tuple[int, int] = (40, 30)) -> Path:

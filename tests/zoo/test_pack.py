@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from common import ROOT
 
 from iss.data import BenchmarkSet, list_images, read_image
 from iss.zoo.pack import MIB, export_cells, pack_data, tracked_files
 from iss.zoo.plan import load_plan
-from tests.common import ROOT
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from common import ROOT
 
 from iss.zoo.factory import landed
 from iss.zoo.plan import load_plan
-from tests.common import ROOT
 
 
 def _write(tmp_path: Path, groups: list, **top) -> Path:
