@@ -31,7 +31,9 @@ if [[ -n ${CELLS:-} ]]; then
     timeout $(( $(left) - 15 )) "$python" -m iss zoo train --plan "$PLAN" --work "$WORK" --data-dir "$DATA" \
         --cells "$CELLS" --jobs "${jobs_given:-1}" --minutes "$minutes" --keep-going 2>&1 | tee "$OUT/train.log"
     "$python" -m iss zoo status --plan "$PLAN" --work "$WORK" | grep -E "^($(tr , '|' <<< "$CELLS")) "
-    unfinished=$(cd "$WORK" && for cell in ${CELLS//,/ }; do [[ -f $cell/state.pt && ! -f $cell/model.safetensors ]] && echo "$cell/state.pt"; done)
+    unfinished=$(cd "$WORK" && for cell in ${CELLS//,/ }; do
+        [[ -f $cell/state.pt && ! -f $cell/model.safetensors ]] && echo "$cell/state.pt"
+    done)
     parts=0
     if [[ -n ${STATES:-} && -n $unfinished ]]; then
         (cd "$WORK" && tar -c $unfinished) | split -b 15M -d - "$OUT/states.tar.part-"
