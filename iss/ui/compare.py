@@ -658,14 +658,29 @@ def slider_pair(comp: Comparison, left: str, right: str) -> tuple[np.ndarray, np
 def zoom_box(
     comp: Comparison, x: float | None, y: float | None, size: int | None = None
 ) -> tuple[int, int, int, int]:
-    """(x0, y0, x1, y1) of a square region of the output centred on (x, y) (default: centre), clamped."""
+    """(x0, y0, x1, y1) of a square region of the output centred on (x, y), clamped; without (x, y), the
+    most detailed region (edges and texture, where super-resolution shows; paper Fig. 2 picks such)."""
     h, w = next(iter(comp.results.values())).shape[:2]
     size = min(size or max(24, min(h, w) // 4), h, w)
-    cx = w / 2 if x is None else float(x)
-    cy = h / 2 if y is None else float(y)
+    if x is None or y is None:
+        x, y = most_detailed(comp.hr if comp.hr is not None else next(iter(comp.results.values())), size)
+    cx, cy = float(x), float(y)
     x0 = int(min(max(cx - size / 2, 0), w - size))
     y0 = int(min(max(cy - size / 2, 0), h - size))
     return x0, y0, x0 + size, y0 + size
+
+
+def most_detailed(image: np.ndarray, size: int) -> tuple[float, float]:
+    """Centre (x, y) of the ``size``-pixel square of ``image`` with the most gradient energy (sum of absolute
+    luminance differences to the right and below), found with an integral image."""
+    gray = image.astype(np.float32).mean(axis=2) if image.ndim == 3 else image.astype(np.float32)
+    energy = np.zeros_like(gray)
+    energy[:, :-1] += np.abs(np.diff(gray, axis=1))
+    energy[:-1, :] += np.abs(np.diff(gray, axis=0))
+    total = np.pad(energy.astype(np.float64).cumsum(0).cumsum(1), ((1, 0), (1, 0)))
+    windows = total[size:, size:] - total[:-size, size:] - total[size:, :-size] + total[:-size, :-size]
+    y0, x0 = np.unravel_index(int(np.argmax(windows)), windows.shape)
+    return float(x0 + size / 2), float(y0 + size / 2)
 
 
 def zoom_grid(

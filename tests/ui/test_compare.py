@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,16 @@ def test_pairs_zoom_and_overview(tiny_zoo: str) -> None:
     assert all(tile.shape == (64, 64, 3) for tile, _ in grid)
     marked = compare.overview(comp, box)
     assert tuple(marked[0, 40]) == (255, 0, 0) and not np.array_equal(marked, comp.hr)
+
+
+def test_zoom_opens_on_the_most_detailed_region(tiny_zoo: str) -> None:
+    comp = _compare(["bicubic"], zoo_path=tiny_zoo)
+    flat = np.full_like(comp.hr, 128)
+    flat[30:42, 4:16] = np.random.default_rng(0).integers(0, 256, (12, 12, 3))  # texture low on the left
+    comp = replace(comp, hr=flat)
+    x0, y0, x1, y1 = compare.zoom_box(comp, None, None, size=16)
+    assert x0 <= 4 and x1 >= 16 and y0 <= 30 and y1 >= 42  # the whole textured patch is in view
+    assert compare.zoom_box(comp, 47, 0, size=16) == (32, 0, 48, 16)  # a click still moves it
 
 
 def test_examples_bundled_and_urban100_crops(tmp_path: Path) -> None:
