@@ -35,17 +35,22 @@ def _name(group: dict) -> str:
 
 
 def seed_plan(plan: dict, groups: list[str], methods: list[str], seed: int) -> dict:
-    """``plan`` restricted to ``groups`` and ``methods`` (in this order), at ``seed``."""
-    picked = []
+    """``plan`` restricted to ``groups`` and ``methods`` (in this order), at ``seed``, without its learning
+    ``curves`` (a seed run wants final scores). A group may be split over several entries of the plan (as the
+    second round's are): each keeps the chosen methods it trains."""
+    picked, trained = [], set()
     for group in plan["groups"]:
-        if _name(group) in groups:
-            if kept := [m for m in methods if m not in group["methods"]]:
-                raise ValueError(f"{_name(group)} does not train {', '.join(kept)}")
-            picked.append({**group, "seed": seed, "methods": methods})
-    if missing := sorted(set(groups) - {_name(g) for g in picked}):
+        if _name(group) in groups and (mine := [m for m in methods if m in group["methods"]]):
+            picked.append({**group, "seed": seed, "methods": mine})
+            trained.update((_name(group), m) for m in mine)
+    if missing := sorted(set(groups) - {_name(g) for g in plan["groups"]}):
         raise ValueError(f"groups not in the plan: {', '.join(missing)}")
+    for name in groups:
+        if kept := [m for m in methods if (name, m) not in trained]:
+            raise ValueError(f"{name} does not train {', '.join(kept)}")
     description = f"seed {seed} of {', '.join(groups)}: {', '.join(methods)}"
-    return {**plan, "description": description, "groups": picked}
+    kept = {k: v for k, v in plan.items() if k != "curves"}
+    return {**kept, "description": description, "groups": picked}
 
 
 def write_plans(base: Path, groups: list[str], methods: list[str], seeds: list[int], work: Path) -> None:
