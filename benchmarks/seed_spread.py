@@ -49,8 +49,8 @@ def seed_plan(plan: dict, groups: list[str], methods: list[str], seed: int) -> d
         if kept := [m for m in methods if (name, m) not in trained]:
             raise ValueError(f"{name} does not train {', '.join(kept)}")
     description = f"seed {seed} of {', '.join(groups)}: {', '.join(methods)}"
-    kept = {k: v for k, v in plan.items() if k != "curves"}
-    return {**kept, "description": description, "groups": picked}
+    rest = {k: v for k, v in plan.items() if k != "curves"}
+    return {**rest, "description": description, "groups": picked}
 
 
 def write_plans(base: Path, groups: list[str], methods: list[str], seeds: list[int], work: Path) -> None:

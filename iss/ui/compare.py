@@ -671,9 +671,9 @@ def zoom_box(
 
 
 def most_detailed(image: np.ndarray, size: int) -> tuple[float, float]:
-    """Centre (x, y) of the ``size``-pixel square of ``image`` with the most gradient energy (sum of absolute
-    luminance differences to the right and below), found with an integral image."""
-    gray = image.astype(np.float32).mean(axis=2) if image.ndim == 3 else image.astype(np.float32)
+    """Centre (x, y) of the ``size``-pixel square of ``image`` (RGB) with the most gradient energy (sum of
+    absolute differences of the channel mean to the right and below), found with an integral image."""
+    gray = image.astype(np.float32).mean(axis=2)
     energy = np.zeros_like(gray)
     energy[:, :-1] += np.abs(np.diff(gray, axis=1))
     energy[:-1, :] += np.abs(np.diff(gray, axis=0))
