@@ -9,10 +9,10 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from common import TINY_ARCHS, masked
 
 import iss
 from iss.cli import main
-from tests.common import TINY_ARCHS, masked
 
 pytestmark = pytest.mark.usefixtures("isolated_hub", "offline")
 
