@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from huggingface_hub import HfApi, ModelCardData, constants
+from huggingface_hub import EvalResult, HfApi, ModelCardData, constants
 from huggingface_hub import try_to_load_from_cache as _try_to_load_from_cache
 
 from iss.hub import DOWNLOAD_ERRORS, describe_error, download, hub_offline, sha256_of, unreachable
@@ -405,8 +405,9 @@ def model_card(entries: list[ZooEntry], repo_id: str) -> str:
     archs = sorted({e.arch for e in entries})
     methods = sorted({e.method for e in entries})
     front = ModelCardData(
-        library_name="iss-sr", license="apache-2.0", pipeline_tag="image-to-image",
+        library_name="iss-sr", license="apache-2.0", pipeline_tag="image-to-image", model_name=repo_id,
         tags=["super-resolution", "image-super-resolution", "pruning", "sparse", *archs, *methods],
+        eval_results=eval_results(entries) or None,
     ).to_yaml()  # fmt: skip
     sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
     sets += sorted({s for e in entries for s in e.metrics} - set(sets))
@@ -473,6 +474,22 @@ def model_card(entries: list[ZooEntry], repo_id: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def eval_results(entries: Iterable[ZooEntry]) -> list[EvalResult]:
+    """The card's ``model-index``: PSNR and SSIM (Y channel) of every checkpoint on every set it was measured
+    on; the metric name says which checkpoint, the dataset which set at which scale."""
+    return [
+        EvalResult(
+            task_type="image-to-image", task_name="Image super-resolution", dataset_type=name.lower(),
+            dataset_name=f"{name} x{e.scale}", dataset_config=f"x{e.scale}", metric_type=metric,
+            metric_value=values[metric], metric_name=f"{metric.upper()} (Y) {e.name}",
+        )  # fmt: skip
+        for e in entries
+        for name, values in e.metrics.items()
+        for metric in ("psnr", "ssim")
+        if metric in values
+    ]
 
 
 def _metric_cell(values: dict[str, float] | None) -> str:

@@ -19,7 +19,7 @@ import pytest
 import torch
 from common import ROOT, TINY, as_format_1
 from fakehub import FakeHub, cache_put, closed_port_url
-from huggingface_hub import constants, metadata_load
+from huggingface_hub import ModelCard, constants, metadata_load
 
 import iss
 from iss import checkpoint, cli, zoo
@@ -376,6 +376,20 @@ def test_model_card_content(tmp_path: Path) -> None:
     assert "Wang, Jiamian" in card
     bundled = zoo.model_card(zoo.load_zoo(), REPO)  # EDSR-L x4 ISS-P trained beside IHT, then alone
     assert "setups" not in bundled and "(1 threads) beside 1 other cell to 1,741, then cpu" in bundled
+
+
+def test_model_card_model_index_parses_back_with_every_cell(tmp_path: Path) -> None:
+    entries = zoo.load_zoo(
+        make_zoo(tmp_path, {"swinir-light_x4_iss-p_r0.95": b"w1", "swinir-light_x4_iht_r0.95": b"w2"})
+    )
+    card = ModelCard(zoo.model_card(entries, REPO))
+    assert card.data.library_name == "iss-sr" and card.data.model_name == REPO
+    assert "iss-p" in card.data.tags and card.data.pipeline_tag == "image-to-image"
+    results = {(r.metric_name, r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert len(results) == 2 * 2 * 2  # 2 checkpoints x (Set5, Urban100) x (PSNR, SSIM)
+    assert results["PSNR (Y) swinir-light_x4_iss-p_r0.95", "Set5 x4", "psnr"] == 30.12
+    assert results["SSIM (Y) swinir-light_x4_iht_r0.95", "Urban100 x4", "ssim"] == 0.71
+    assert {r.dataset_type for r in card.data.eval_results} == {"set5", "urban100"}
 
 
 def test_zoo_push_dry_run_writes_card_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
