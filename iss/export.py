@@ -74,7 +74,7 @@ def to_onnx(net: nn.Module, out: Path, *, opset: int = ONNX_OPSET) -> Path:
 
 
 def _temporary(out: Path) -> Path:
-    """Where a file is written before it replaces ``out``, so that a failed export leaves nothing half-written."""
+    """Where a file is written before it replaces ``out``: a failed export leaves nothing half-written."""
     return out.with_name(f".{out.name}.tmp")
 
 

@@ -71,7 +71,9 @@ def test_spandrel_detects_swinir_and_gives_what_iss_load_gives(source: str, tmp_
     assert descriptor.scale == iss.load(model).scale
     x = torch.rand(1, 3, 21, 30, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        torch.testing.assert_close(descriptor.model.eval()(x), iss.load(model, sparse=False)(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            descriptor.model.eval()(x), iss.load(model, sparse=False)(x), atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.parametrize("arch", ["edsr-l", "cat-r"])

@@ -240,7 +240,8 @@ def locate(
     body transfer follows ``HF_HUB_DOWNLOAD_TIMEOUT``. A Hub copy whose size or sha256 differs from the
     manifest is moved out of the Hub cache and the bundled copy used (a logged warning says why, unless
     ``warn`` is False). An unreachable Hub is logged once per process, offline mode (``HF_HUB_OFFLINE`` or
-    ``offline=True``) not at all: the bundled copies are then what the user asked for. Raises ``ValueError`` when the bundled copy differs too, ``FileNotFoundError`` (with
+    ``offline=True``) not at all: the bundled copies are then what the user asked for. Raises
+    ``ValueError`` when the bundled copy differs too, ``FileNotFoundError`` (with
     the reason) when there is no good copy at all.
     """
     if entry.hub is None:
@@ -481,10 +482,15 @@ def eval_results(entries: Iterable[ZooEntry]) -> list[EvalResult]:
     on; the metric name says which checkpoint, the dataset which set at which scale."""
     return [
         EvalResult(
-            task_type="image-to-image", task_name="Image super-resolution", dataset_type=name.lower(),
-            dataset_name=f"{name} x{e.scale}", dataset_config=f"x{e.scale}", metric_type=metric,
-            metric_value=values[metric], metric_name=f"{metric.upper()} (Y) {e.name}",
-        )  # fmt: skip
+            task_type="image-to-image",
+            task_name="Image super-resolution",
+            dataset_type=name.lower(),
+            dataset_name=f"{name} x{e.scale}",
+            dataset_config=f"x{e.scale}",
+            metric_type=metric,
+            metric_value=values[metric],
+            metric_name=f"{metric.upper()} (Y) {e.name}",
+        )
         for e in entries
         for name, values in e.metrics.items()
         for metric in ("psnr", "ssim")
