@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -127,3 +128,12 @@ def _wait_for(app: subprocess.Popen, port: int, log: Path, timeout: float = 180)
                 return f"http://127.0.0.1:{port}/"
         time.sleep(0.5)
     pytest.fail(f"the Space app did not start in {timeout} s:\n{log.read_text()}")
+
+
+def test_the_spaces_paths_never_call_torch_compile() -> None:
+    """ZeroGPU Spaces do not support ``torch.compile``: the app, Compare (inference, the zoo, the sparse
+    kernels) and the live run (its TrainConfig keeps ``compile=False``) run eager PyTorch only."""
+    sources = [ROOT / "app.py", ROOT / "iss" / "infer.py", *(ROOT / "iss" / "ui").rglob("*.py"),
+               *(ROOT / "iss" / "zoo").rglob("*.py"), *(ROOT / "iss" / "sparse").rglob("*.py")]  # fmt: skip
+    assert [p.name for p in sources if "compile(" in p.read_text().replace("re.compile(", "")] == []
+    assert [p.name for p in sources if re.search(r"\bcompile\s*=\s*True", p.read_text())] == []
