@@ -121,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", type=Path,
         help="data folder holding benchmarks/<Set>/HR, or a folder holding <Set>/HR (default: $ISS_DATA_DIR)",
-    )
+    )  # fmt: skip
     parser.add_argument(
         "--download", action="store_true", help="fetch sets missing from --data-dir from the Hugging Face Hub"
     )

@@ -119,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUT",
         help="image files, folders (their images and subfolders, kept in OUTDIR) and globs",
-    )
+    )  # fmt: skip
     parser.add_argument(
         "-o", "--out", type=Path, required=True, metavar="OUTDIR", help="output folder (created if missing)"
     )
@@ -221,7 +221,9 @@ def _expand(item: str) -> list[tuple[Path, Path]]:
     return [f for m in matches for f in (_walk(m) if m.is_dir() else [(m, Path())])]
 
 
-def _walk(folder: Path, subfolder: Path = Path(), above: frozenset[tuple[int, int]] = frozenset()) -> list:
+def _walk(
+    folder: Path, subfolder: Path = Path(), above: frozenset[tuple[int, int]] = frozenset()
+) -> list[tuple[Path, Path]]:
     """The images in ``folder`` and its subfolders (sorted, links followed) as (file, subfolder) pairs;
     ``ValueError`` for a link back to a folder above it, which would never end."""
     here = _identity(folder)
