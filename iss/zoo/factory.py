@@ -446,8 +446,8 @@ def train_plan(
 
 @contextlib.contextmanager
 def _sole_factory(work: Path) -> Iterator[None]:
-    """Hold ``work/factory.lock`` while training: a second ``zoo train`` on the same folder (say, one left
-    running by an earlier session) would train the same cells at once. The kernel frees it when the process
+    """Hold ``work/factory.lock`` while training: a second ``zoo train`` on the same folder (say, one still
+    running from an earlier start) would train the same cells at once. The kernel frees it when the process
     ends, however it ends."""
     try:
         import fcntl
