@@ -52,6 +52,17 @@ def test_every_non_ui_module_imports_without_gradio_and_plotly() -> None:
     assert int(done.stdout.split()[0]) > 40  # and the refusal works: iss.ui.figures did not import
 
 
+def test_gradio_and_plotly_are_the_app_extra_and_the_space_installs_both() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core, extras = project["dependencies"], project["optional-dependencies"]
+    assert not [d for d in core if d.startswith(("gradio", "plotly"))]
+    assert sorted(extras["app"]) == ["gradio>=5.27,<7", "plotly>=5.20"]
+    assert "iss-sr[app]" in extras["dev"]
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    assert [line for line in lines if line and not line.startswith("#")] == core + extras["app"]
+
+
 # Runs in the wheel's venv, in a folder outside the repository.
 IN_VENV = textwrap.dedent(
     """
