@@ -279,13 +279,13 @@ def _data_label(folders: tuple[str, ...]) -> str:
 
 
 def _validate(model: nn.Module, samples: list, scale: int, device: torch.device) -> float:
-    """Mean Y-channel PSNR (crop = scale) over the validation samples, through ``iss.infer.upscale``."""
+    """Mean Y-channel PSNR (crop = scale) over the validation samples, through ``iss.infer.upscale_array``."""
     from iss.data.metrics import psnr_y
-    from iss.infer import upscale
+    from iss.infer import upscale_array
 
     model.eval()
     with _isolated_rng(0), torch.no_grad():
-        scores = [psnr_y(upscale(model, s.lr, device=device), s.hr, crop_border=scale) for s in samples]
+        scores = [psnr_y(upscale_array(model, s.lr, device=device), s.hr, crop_border=scale) for s in samples]
     return float(np.mean(scores))
 
 
