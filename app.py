@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import logging
 import math
 import os
 import signal
@@ -37,13 +38,19 @@ INTRO = (
 RECENT = compare.RecentComparisons(size=8)  # what slider and zoom reuse: memory bounded whatever the visitors
 EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
 QUEUE_SIZE = 8  # waiting requests per event before new ones are refused: a CPU Space cannot serve more
+LOG = logging.getLogger("iss.app")
 LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
+
+
+def _refuse(message: str) -> gr.Error:
+    """A client's mistake: one line to the client, one line in the server log, no traceback."""
+    LOG.warning("refused: %s", message)
+    return gr.Error(message, print_exception=False)
 
 
 def _error(e: Exception) -> gr.Error:
     """A user mistake shown in the UI (and to API clients) as one line, without a server-side traceback."""
-    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    return gr.Error(message, print_exception=False)
+    return _refuse(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
 
 
 # ------------------------------------------------------------------------ components with honest API types
@@ -60,6 +67,9 @@ class IntRadio(gr.Radio):
     def preprocess(self, payload: Any) -> Any:
         if isinstance(payload, str) and payload.strip().lstrip("-").isdigit():
             payload = int(payload)
+        allowed = [value for _, value in self.choices]
+        if isinstance(payload, bool) or not isinstance(payload, int | float) or payload not in allowed:
+            raise _refuse(f"{self.label} must be one of {', '.join(map(str, allowed))}, got {payload!r:.40}")
         return super().preprocess(payload)
 
 
@@ -75,7 +85,7 @@ class NumberDropdown(gr.Dropdown):
         try:
             return None if payload in (None, "") else float(payload)
         except (TypeError, ValueError):
-            raise gr.Error(f"{self.label} must be a number, got {payload!r}") from None
+            raise _refuse(f"{self.label} must be a number, got {payload!r:.40}") from None
 
 
 class Names(gr.Dropdown):
@@ -100,12 +110,34 @@ class WholeNumber(gr.Number):
             with contextlib.suppress(ValueError):
                 value = float(value.strip())
         if value is not None and (isinstance(value, bool | str) or not isinstance(value, int | float)):
-            raise gr.Error(f"{self.label} must be a whole number, got {payload!r:.40}")
+            raise _refuse(f"{self.label} must be a whole number, got {payload!r:.40}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise gr.Error(f"{self.label} must be a finite whole number, got {payload}")
+            raise _refuse(f"{self.label} must be a finite whole number, got {payload}")
         if isinstance(value, float) and not value.is_integer():
-            raise gr.Error(f"{self.label} must be a whole number, got {payload}")
+            raise _refuse(f"{self.label} must be a whole number, got {payload}")
         return super().preprocess(value)
+
+
+class Bounded(gr.Slider):
+    """A slider whose API value must be a number in its range (a whole one where its steps are whole): any
+    other value (text, NaN, null, a list, a bool) is refused in one line naming the field and the range
+    (Gradio's own check answers most with ``{"error": null}`` and a traceback)."""
+
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        whole = float(self.step).is_integer() and float(self.minimum).is_integer()
+        value = payload
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value.strip())
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or not self.minimum <= value <= self.maximum or (whole and value != int(value)):
+            kind = "a whole number" if whole else "a number"
+            raise _refuse(
+                f"{self.label} must be {kind} from {self.minimum:g} to {self.maximum:g}, got {payload!r:.40}"
+            )
+        return int(value) if whole else float(value)
 
 
 # ---------------------------------------------------------------------------------------------------- compare
@@ -511,10 +543,10 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
                 scale = IntRadio(
                     list(compare.SCALES), value=d["scale"], label="Scale", interactive=not locked
                 )
-            ratio = gr.Slider(
+            ratio = Bounded(
                 0.5, 0.99, value=d["ratio"], step=0.01, label="Pruning ratio", interactive=not locked
             )
-            alpha = gr.Slider(
+            alpha = Bounded(
                 0.5, 0.999, value=d["alpha"], step=0.001, label="alpha (ISS-P shrink factor)",
                 interactive=not locked,
             )  # fmt: skip
@@ -525,8 +557,8 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
                     interactive=not locked,
                 )  # fmt: skip
             with gr.Row():
-                patch = gr.Slider(8, analysis.MAX_PATCH, value=d["patch"], step=8, label="LR patch")
-                batch = gr.Slider(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
+                patch = Bounded(8, analysis.MAX_PATCH, value=d["patch"], step=8, label="LR patch")
+                batch = Bounded(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
             layers = Names(
                 layers0,
                 value=analysis.default_layers(layers0),

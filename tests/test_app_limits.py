@@ -1,0 +1,90 @@
+"""The app's limits as a hostile or careless client meets them through the raw HTTP API: bad /train values
+get one line naming the field and its range (one server-log line, no traceback)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import socket
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+from common import ROOT
+
+from iss.ui import analysis
+
+pytestmark = pytest.mark.slow  # a server in a background thread
+
+GOOD = ["swinir-light", 2, 0.95, 0.95, 1, 400, 8, 1, [], analysis.RANDOM_INIT]  # /train's inputs, in order
+FIELDS = {2: ("Pruning ratio", "a number from 0.5 to 0.99"), 3: ("alpha (ISS-P shrink factor)", "a number "
+          "from 0.5 to 0.999"), 6: ("LR patch", f"a whole number from 8 to {analysis.MAX_PATCH}"),
+          7: ("Batch", f"a whole number from 1 to {analysis.MAX_BATCH}")}  # fmt: skip
+BAD = ["NaN", "abc", "", None, [1], {"a": 1}, True, math.nan, 1e9, -1]
+
+
+def _load_app() -> ModuleType:
+    """``app.py`` imported as a module (registered: gradio looks a component subclass's module up by name)."""
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    if "app" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
+        sys.modules["app"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["app"])
+    return sys.modules["app"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    """``app.build_demo()`` served in a background thread on a free local port, with the app's limits."""
+    app = _load_app()
+    demo = app.build_demo()
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(), quiet=True, **app.LIMITS
+    )
+    yield url
+    demo.close()
+
+
+def _raw_call(url: str, api_name: str, data: list) -> tuple[str, Any]:
+    """POST ``/gradio_api/call/<name>`` as any HTTP client can, read its event stream; (last event, data)."""
+    import httpx
+
+    base = url.rstrip("/") + f"/gradio_api/call/{api_name}"
+    body = json.dumps({"data": data})  # NaN as JavaScript writes it
+    event_id = httpx.post(base, content=body, headers={"content-type": "application/json"}, timeout=30)
+    with httpx.stream("GET", f"{base}/{event_id.json()['event_id']}", timeout=180) as response:
+        text = "".join(response.iter_text())
+    event, payload = re.findall(r"^event: (\w+)\ndata: (.*)$", text, flags=re.M)[-1]
+    return event, json.loads(payload)
+
+
+@pytest.mark.parametrize("index", sorted(FIELDS))
+def test_bad_train_values_get_the_field_and_its_range(app_url: str, capfd, caplog, index: int) -> None:
+    label, allowed = FIELDS[index]
+    capfd.readouterr()
+    caplog.clear()
+    for bad in BAD:
+        event, payload = _raw_call(app_url, "train", [*GOOD[:index], bad, *GOOD[index + 1 :]])
+        assert event == "error"
+        assert payload["error"] == f"{label} must be {allowed}, got {bad!r:.40}"
+    assert "Traceback" not in capfd.readouterr().err
+    refused = [r.getMessage() for r in caplog.records if r.name == "iss.app"]
+    assert refused == [f"refused: {label} must be {allowed}, got {bad!r:.40}" for bad in BAD]
+
+
+@pytest.mark.parametrize("bad", [None, "abc", 5, 2.5, True, [2]])
+def test_a_bad_train_scale_names_the_scales(app_url: str, capfd, bad: Any) -> None:
+    event, payload = _raw_call(app_url, "train", [GOOD[0], bad, *GOOD[2:]])
+    assert event == "error" and payload["error"] == f"Scale must be one of 2, 3, 4, got {bad!r}"
+    assert "Traceback" not in capfd.readouterr().err
