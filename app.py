@@ -27,7 +27,7 @@ import iss
 import iss.sparse.speed
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
-from iss.ui import analysis, compare, cost, gpu, sparsity
+from iss.ui import admission, analysis, compare, cost, gpu, sparsity
 
 TITLE = "ISS-SR: sparse super-resolution with Iterative Soft Shrinkage"
 INTRO = (
@@ -37,7 +37,9 @@ INTRO = (
 )
 RECENT = compare.RecentComparisons(size=8)  # what slider and zoom reuse: memory bounded whatever the visitors
 EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
-QUEUE_SIZE = 8  # waiting requests per event before new ones are refused: a CPU Space cannot serve more
+QUEUE_SIZE = 8  # waiting requests, all events together, before new ones are refused ("Queue is full")
+LIVE = admission.LiveRuns(slots=1)  # live runs never wait in the queue: one at a time, one per visitor
+UNHEARD = 4  # a live run stops once this many of its updates (about one a second) wait unread
 LOG = logging.getLogger("iss.app")
 LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
 
@@ -459,6 +461,48 @@ def _train(
         cost.release_memory()
 
 
+def _live(
+    backbone: str,
+    scale: int,
+    ratio: float,
+    alpha: float,
+    iterations: int,
+    prune_iters: int,
+    patch: int,
+    batch: int,
+    layers: list[str] | None,
+    start: str,
+    stop: threading.Event | None,
+    request: gr.Request,
+    *,
+    demo: gr.Blocks,
+    data_dir: str | None,
+) -> Iterator[tuple]:
+    """``/train`` as visitors share it: admitted at once or refused in one line (``LIVE``), and stopped
+    when nobody reads its updates (a client that never opened the event stream, or left)."""
+    session, address = request.session_hash or "", request.client.host if request.client else ""
+    try:
+        with LIVE.admit(session, address):
+            settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
+            run = _train(*settings, stop, data_dir=data_dir)
+            try:
+                for update in run:
+                    yield update
+                    if _unread(demo, session) >= UNHEARD:
+                        LOG.warning("stopped a live run nobody reads (session %s)", session[:8])
+                        return
+            finally:
+                run.close()
+    except admission.Refused as e:
+        raise _error(e) from None
+
+
+def _unread(demo: gr.Blocks, session: str) -> int:
+    """Messages of ``session`` that no client has read yet (Gradio's per-session queue of updates)."""
+    pending = demo._queue.pending_messages_per_session.get(session)
+    return pending.qsize() if pending is not None else 0
+
+
 def _arm() -> threading.Event:
     """A fresh stop flag for the run about to start (Stop sets it)."""
     return threading.Event()
@@ -609,12 +653,30 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
         trigger_mode="always_last",
         concurrency_id="plan",
     )
+
+    def train(
+        backbone: str,
+        scale: int,
+        ratio: float,
+        alpha: float,
+        iterations: int,
+        prune_iters: int,
+        patch: int,
+        batch: int,
+        layers: list[str] | None,
+        start: str,
+        stop: threading.Event | None,
+        request: gr.Request,
+    ) -> Iterator[tuple]:  # a plain function: Gradio gives gr.Request only to those (not partials)
+        settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
+        yield from _live(*settings, stop, request, demo=demo, data_dir=data_dir)
+
     go.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
-        functools.partial(_train, data_dir=data_dir),
+        train,
         [backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start, flag],
         [flips, grads, training, status],
         api_name="train",
-        concurrency_id="train",
+        concurrency_limit=None,  # never queued: LIVE admits or refuses it at once
     ).then(_plan, sizes, [plan], api_visibility="private")  # the estimate, with the speed just measured
     stop.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     rec.change(_recorded_layers, [rec], [rec_layers], api_visibility="private")

@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from common import ROOT
 
-from iss.ui import analysis
+from iss.ui import analysis, compare
 
 pytestmark = pytest.mark.slow  # a server in a background thread
 
@@ -88,3 +89,60 @@ def test_a_bad_train_scale_names_the_scales(app_url: str, capfd, bad: Any) -> No
     event, payload = _raw_call(app_url, "train", [GOOD[0], bad, *GOOD[2:]])
     assert event == "error" and payload["error"] == f"Scale must be one of 2, 3, 4, got {bad!r}"
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _post(url: str, api_name: str, data: list) -> str:
+    """POST a call and never open its event stream (as a hostile client may); the event id."""
+    import httpx
+
+    response = httpx.post(url.rstrip("/") + f"/gradio_api/call/{api_name}", json={"data": data}, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["event_id"]
+
+
+def _wait(condition: Any, seconds: float) -> float:
+    """Seconds until ``condition()`` held (polling), or fail after ``seconds``."""
+    began = time.monotonic()
+    while not condition():
+        assert time.monotonic() - began < seconds, f"not within {seconds} s"
+        time.sleep(0.1)
+    return time.monotonic() - began
+
+
+def test_unheard_train_calls_lock_nobody_out(app_url: str) -> None:
+    """Nine /train calls whose streams are never opened: none waits in the queue (one runs, the rest are
+    refused at once), everyone else's /layers, /recorded and /upscale go on, and the unheard run stops
+    within seconds, freeing its slot for a visitor who listens."""
+    from gradio_client import Client, handle_file
+
+    app = _load_app()
+    long = [*GOOD[:4], 2000, *GOOD[5:]]
+    for _ in range(9):
+        _post(app_url, "train", long)
+    other = Client(app_url, verbose=False)
+    assert other.predict("swinir-light", 2, api_name="/layers")
+    assert "iterations of each run" in other.predict("swinir-light_x4_r0.95_cpu", [], api_name="/recorded")[3]
+    image = handle_file(str(ROOT / "assets" / "examples" / "pagoda.png"))
+    outputs = other.predict(image, "swinir-light", 2, None, ["bicubic"], compare.MODE_HR, False,
+                            api_name="/upscale")  # fmt: skip
+    assert outputs[3]["data"]
+    print(f"unheard run stopped after {_wait(lambda: len(app.LIVE) == 0, 60):.1f} s")
+    event, outputs = _raw_call(app_url, "train", [*GOOD[:4], 2, *GOOD[5:]])
+    assert event == "complete" and "iteration" in outputs[-1], outputs
+
+
+def test_one_live_run_per_visitor_and_cancel_ends_it(app_url: str) -> None:
+    from gradio_client import Client
+
+    app = _load_app()
+    job = Client(app_url, verbose=False).submit(*[*GOOD[:4], 2000, *GOOD[5:]], api_name="/train")
+    _wait(lambda: len(app.LIVE) == 1, 60)
+    event, payload = _raw_call(app_url, "train", GOOD)  # another session, the same address
+    assert event == "error"
+    assert (
+        payload["error"]
+        == "you already have a live run going (one per visitor): press Stop or wait for it to end"
+    )
+    _wait(lambda: job.status().code.name == "ITERATING", 60)
+    job.cancel()
+    print(f"cancelled run ended after {_wait(lambda: len(app.LIVE) == 0, 30):.1f} s")
