@@ -449,7 +449,7 @@ def _train(
     stop: threading.Event | None = None,
     data_dir: str | None = None,
 ) -> Iterator[tuple]:
-    """``/train``: stream ISS-P vs IHT figures; Stop ends it after this iteration, keeping the plots."""
+    """``/train``: stream ISS-P vs IHT figures; Stop ends it within a layer, keeping the plots."""
     try:
         yield from analysis.train_live(
             backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start,
@@ -509,7 +509,7 @@ def _arm() -> threading.Event:
 
 
 def _request_stop(flag: threading.Event | None) -> None:
-    """Stop: the running live run ends after its current iteration with a last update."""
+    """Stop: the running live run ends within a layer of its step, with a last update."""
     if flag is not None:
         flag.set()
 
