@@ -13,7 +13,9 @@ import functools
 import logging
 import math
 import os
+import shutil
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -39,6 +41,7 @@ RECENT = compare.RecentComparisons(size=8)  # what slider and zoom reuse: memory
 EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
 QUEUE_SIZE = 8  # waiting requests, all events together, before new ones are refused ("Queue is full")
 LIVE = admission.LiveRuns(slots=1)  # live runs never wait in the queue: one at a time, one per visitor
+FOLDERS: set[Path] = set()  # the result folders this process made in Gradio's cache
 UNHEARD = 4  # a live run stops once this many of its updates (about one a second) wait unread
 LOG = logging.getLogger("iss.app")
 LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
@@ -231,7 +234,10 @@ def _download_folder(cache: str) -> Path:
     for emptied in Path(cache).glob("iss-sr-*"):
         with contextlib.suppress(OSError):
             emptied.rmdir()
-    return Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
+            FOLDERS.discard(emptied)
+    folder = Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
+    FOLDERS.add(folder)  # for shutdown: a comparison in flight has not handed its PNGs to Gradio yet
+    return folder
 
 
 @gpu(duration=60)
@@ -481,8 +487,9 @@ def _live(
     """``/train`` as visitors share it: admitted at once or refused in one line (``LIVE``), and stopped
     when nobody reads its updates (a client that never opened the event stream, or left)."""
     session, address = request.session_hash or "", request.client.host if request.client else ""
+    stop = stop or threading.Event()  # an API call has no Stop button, but shutdown stops it too
     try:
-        with LIVE.admit(session, address):
+        with LIVE.admit(session, address, stop):
             settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
             run = _train(*settings, stop, data_dir=data_dir)
             try:
@@ -767,9 +774,20 @@ def delete_cache_files(demo: gr.Blocks) -> None:
             path.parent.rmdir()  # only if empty
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM (a stopped Space or container) ends the server as Ctrl-C does, so that ``main`` cleans up."""
-    raise KeyboardInterrupt
+def shut_down(demo: gr.Blocks, seconds: float = 2.0) -> None:
+    """End the process now that the server is asked to stop: live runs stopped, the server closed (waiting
+    at most ``seconds``), every file this app put in Gradio's cache deleted, then ``os._exit``: threads still
+    inside torch (a comparison, a run's last layer) would otherwise abort the interpreter's own exit."""
+    LIVE.stop_all()
+    closing = threading.Thread(target=demo.close, daemon=True)
+    closing.start()
+    closing.join(seconds)
+    delete_cache_files(demo)
+    for folder in FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -783,13 +801,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    signal.signal(signal.SIGTERM, _interrupt)
     demo = build_demo(args.data_dir, args.zoo)
+    # SIGTERM (a stopped Space or container) shuts down at once, without Gradio's wait for open connections
+    signal.signal(signal.SIGTERM, lambda signum, frame: shut_down(demo))
     try:
         demo.launch(server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS)
     finally:  # Ctrl-C or SIGTERM: Gradio's own shutdown may not finish its cleaning before the exit
-        demo.close()
-        delete_cache_files(demo)
+        shut_down(demo)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,13 @@ import json
 import math
 import os
 import re
+import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -146,3 +149,49 @@ def test_one_live_run_per_visitor_and_cancel_ends_it(app_url: str) -> None:
     _wait(lambda: job.status().code.name == "ITERATING", 60)
     job.cancel()
     print(f"cancelled run ended after {_wait(lambda: len(app.LIVE) == 0, 30):.1f} s")
+
+
+def test_sigterm_mid_compare_and_live_run_exits_cleanly(tmp_path: Path) -> None:
+    """A stopped container: SIGTERM while a comparison and a live run compute. The server exits with
+    status 0, no abort and no traceback, its cache empty (bound kept generous for a loaded machine)."""
+    from gradio_client import Client, handle_file
+
+    cache, port = tmp_path / "cache", _free_port()
+    env = {**os.environ, "GRADIO_TEMP_DIR": str(cache), "GRADIO_ANALYTICS_ENABLED": "False"}
+    server = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+                break
+            except Exception:
+                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
+                time.sleep(1)
+        ratio = compare.default_ratio("swinir-light", 4, None)
+        methods = compare.method_choices("swinir-light", 4, ratio, None)
+        image = handle_file(str(ROOT / "assets" / "examples" / "pagoda.png"))
+        comparing = client.submit(image, "swinir-light", 4, ratio, methods, compare.MODE_HR, False,
+                                  api_name="/upscale")  # fmt: skip
+        training = Client(f"http://127.0.0.1:{port}/", verbose=False).submit(
+            *[*GOOD[:4], 2000, *GOOD[5:]], api_name="/train"
+        )
+        _wait(lambda: training.status().code.name == "ITERATING", 120)
+        _wait(lambda: any(cache.rglob("*.png")), 120)
+        assert not comparing.done()
+    finally:
+        began = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        try:
+            output, _ = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            pytest.fail("SIGTERM did not end the server within 30 s")
+    print(f"exited {time.monotonic() - began:.1f} s after SIGTERM")
+    assert time.monotonic() - began < 10
+    assert server.returncode == 0, output[-2000:]
+    assert "Traceback" not in output and "terminate called" not in output
+    assert [p for p in cache.rglob("*") if p.is_file()] == []

@@ -28,10 +28,12 @@ class LiveRuns:
         self.slots = slots
         self._lock = threading.Lock()
         self._running: list[tuple[str, str]] = []  # (session, address) of each run
+        self._stops: dict[tuple[str, str], threading.Event] = {}  # each run's stop flag
 
     @contextmanager
-    def admit(self, session: str, address: str) -> Iterator[None]:
-        """Hold a slot for the run of ``session`` from ``address`` while the block runs; ``Refused``
+    def admit(self, session: str, address: str, stop: threading.Event) -> Iterator[None]:
+        """Hold a slot for the run of ``session`` from ``address`` (``stop`` ends it: :meth:`stop_all`) while
+        the block runs; ``Refused``
         (one line, for the visitor) when that visitor already has a run or every slot is taken."""
         visitor = (session, address)
         with self._lock:
@@ -46,11 +48,19 @@ class LiveRuns:
                     "Recorded runs below"
                 )
             self._running.append(visitor)
+            self._stops[visitor] = stop
         try:
             yield
         finally:
             with self._lock:
                 self._running.remove(visitor)
+                del self._stops[visitor]
+
+    def stop_all(self) -> None:
+        """Ask every live run to stop (at shutdown): each ends within a layer of its step."""
+        with self._lock:
+            for stop in self._stops.values():
+                stop.set()
 
     def __len__(self) -> int:
         with self._lock:
