@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import kernels
+from . import decisions, kernels
 from .threads import pool_threads, run_chunks, torch_threads
 
 __all__ = ["Epilogue", "SparseConv2d", "SparseLinear", "zero_fraction"]
@@ -139,10 +139,19 @@ class _Plan:
             elif math.isinf(self.min_speedup):
                 self.decisions[key] = False
             else:
-                with torch_threads(self.threads), torch.no_grad():
-                    t_dense, t_sparse = _time_pair(dense, sparse, self.budget_s)
-                self.decisions[key] = t_dense >= self.min_speedup * t_sparse
+                self.decisions[key] = self._speedup(key, dense, sparse) >= self.min_speedup
         return self.decisions[key]
+
+    def _speedup(self, key: tuple, dense: Callable[[], object], sparse: Callable[[], object]) -> float:
+        """Dense over sparse time for ``key``: as first measured on this machine, so that every process
+        makes the same choice and gives the same bytes (:mod:`.decisions`), else timed now."""
+        key = (*key, self.threads, self.exact)
+        stored = decisions.recall(key)
+        if stored is not None:
+            return stored
+        with torch_threads(self.threads), torch.no_grad():
+            t_dense, t_sparse = _time_pair(dense, sparse, self.budget_s)
+        return decisions.remember(key, t_dense / max(t_sparse, 1e-12))
 
 
 class _SparseBase(nn.Module):
