@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +39,7 @@ def _compare(methods, scale: int = 2, image=None, **kwargs) -> compare.Compariso
 
 def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
     names = compare.method_choices("swinir-light", 2, 0.5, tiny_zoo)
-    assert names == ["bicubic", "iht", "iss-p"]
+    assert names == ["bicubic", "iss-p", "iht"]  # the app's one order: ISS-P first
     comp = _compare(names, zoo_path=tiny_zoo, out_dir=str(tmp_path))
     assert set(comp.results) == {"bicubic", "iht"}
     assert comp.hr.shape == (48, 48, 3) and comp.lr.shape == (24, 24, 3)
@@ -99,10 +101,52 @@ def test_compare_accepts_rgba_gray_16bit(image: Image.Image) -> None:
 
 
 def test_size_cap_downscales_with_message() -> None:
-    big = Image.new("RGB", (compare.MAX_SIDE[compare.MODE_LR] * 2, 40), (120, 80, 40))
-    comp = _compare(["bicubic"], image=big, mode=compare.MODE_LR)
-    assert max(comp.lr.shape[:2]) == compare.MAX_SIDE[compare.MODE_LR]
+    big = Image.new("RGB", (compare.MAX_SIDE[compare.MODE_HR] * 2, 40), (120, 80, 40))
+    comp = _compare(["bicubic"], image=big, mode=compare.MODE_HR)
+    assert max(comp.hr.shape[:2]) == compare.MAX_SIDE[compare.MODE_HR]
     assert "cap" in comp.message and "downscaled" in comp.message
+
+
+def test_lr_inputs_are_upscaled_whole() -> None:
+    """An LR input wider than 512 px (a cap once) comes back whole, at scale times its size."""
+    lr = Image.new("RGB", (700, 40), (120, 80, 40))
+    comp = _compare(["bicubic"], image=lr, mode=compare.MODE_LR)
+    assert comp.results["bicubic"].shape == (80, 1400, 3) and "cap" not in comp.message
+
+
+def test_lr_inputs_too_slow_or_large_are_refused_with_the_numbers(
+    tiny_zoo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image = _photo(96)
+    monkeypatch.setattr(compare, "LR_MAX_SECONDS", 1e-9)
+    with pytest.raises(
+        ValueError, match=r"whole 96x96 LR image to 192x192 .* over this app's 0-minute limit"
+    ):
+        _compare(["bicubic", "iht"], image=image, mode=compare.MODE_LR, zoo_path=tiny_zoo)
+    monkeypatch.setattr(compare, "LR_MAX_SECONDS", 600.0)
+    monkeypatch.setattr(compare, "MAX_RESULT_BYTES", 192 * 192 * 3 * 2)  # the LR view and one result
+    with pytest.raises(ValueError, match=r"needs 0.0 GiB .* choose at most 1 method"):
+        _compare(["bicubic", "iht"], image=image, mode=compare.MODE_LR, zoo_path=tiny_zoo)
+    assert _compare(["bicubic"], image=image, mode=compare.MODE_LR).results["bicubic"].shape == (192, 192, 3)
+
+
+def test_tiles_report_progress_and_stop_keeps_the_finished_methods(tiny_zoo: str) -> None:
+    image = Image.fromarray(iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")[:, :220])  # tiled
+    heard: list[float] = []
+    comp = _compare(["bicubic", "iht"], image=image, mode=compare.MODE_LR, zoo_path=tiny_zoo,
+                    progress=lambda fraction, text: heard.append(fraction))  # fmt: skip
+    assert len(heard) >= 4 and heard == sorted(heard) and heard[-1] == pytest.approx(1.0)
+    stop = threading.Event()
+
+    def stop_after_first_tile(fraction: float, text: str) -> None:
+        assert "left" in text and "tile 1 of" in text
+        stop.set()
+
+    comp = _compare(["bicubic", "iht"], image=image, mode=compare.MODE_LR, zoo_path=tiny_zoo,
+                    progress=stop_after_first_tile, stop=stop)  # fmt: skip
+    assert list(comp.results) == ["bicubic"] and "Stopped: 1 of 2 methods finished." in comp.message
+    with pytest.raises(ValueError, match="stopped before any method finished"):
+        _compare(["iht"], image=image, mode=compare.MODE_LR, zoo_path=tiny_zoo, stop=stop)
 
 
 def test_inputs_are_described_as_they_were_decoded(tmp_path: Path) -> None:
@@ -164,17 +208,39 @@ def test_zoom_opens_on_the_most_detailed_region(tiny_zoo: str) -> None:
 
 def test_examples_bundled_and_urban100_crops(tmp_path: Path) -> None:
     bundled = compare.example_images(None)
-    assert len(bundled) >= 3 and all(Path(p).is_file() for p, _ in bundled)
+    assert all(Path(p).is_file() for p, _ in bundled)
+    assert [label for _, label in bundled[:4]] == [
+        f"Urban100 img_{n} (crop)" for n in ("004", "012", "061", "092")
+    ]  # the paper's benchmark first, with no flag
     credits = (compare.ASSETS / "CREDITS.md").read_text()
-    assert all(Path(p).name in credits for p, _ in bundled)
+    assert all(Path(p).name in credits for p, _ in bundled) and "CC BY 4.0" in credits
+    for path, _ in bundled:
+        with Image.open(path) as im:
+            assert im.format == "PNG" and max(im.size) <= 256
     urban = tmp_path / "data" / "benchmarks" / "Urban100" / "HR"
     urban.mkdir(parents=True)
-    Image.new("RGB", (300, 260), (1, 2, 3)).save(urban / "img_012.png")
-    crops = compare.example_images(tmp_path / "data", cache=tmp_path / "crops")
-    assert [label for _, label in crops] == ["Urban100 img_012 (crop)"]
-    with Image.open(crops[0][0]) as im:
-        assert im.size == (compare.URBAN100_CROP_SIZE, compare.URBAN100_CROP_SIZE)
-    assert Path(crops[0][0]).parent == tmp_path / "crops"
+    flat = np.full((260, 300, 3), 128, np.uint8)
+    flat[200:210, 250:260] = 255  # the only detail: the crop moves to hold it
+    Image.fromarray(flat).save(urban / f"{compare.URBAN100_MORE[0]}.png")
+    found = compare.example_images(tmp_path / "data", cache=tmp_path / "crops")
+    assert found[: len(bundled)] == bundled
+    path, label = found[-1]
+    assert label == f"Urban100 {compare.URBAN100_MORE[0]} (crop)" and Path(path).parent == tmp_path / "crops"
+    crop = iss.data.read_image(path)
+    assert crop.shape == (240, 240, 3) and crop.max() == 255
+
+
+def test_extra_crops_go_to_a_new_private_folder_by_default(tmp_path: Path) -> None:
+    """Never a fixed name in the temp folder, which another user could plant with symbolic links."""
+    urban = tmp_path / "Urban100" / "HR"
+    urban.mkdir(parents=True)
+    Image.new("RGB", (300, 260), (1, 2, 3)).save(urban / f"{compare.URBAN100_MORE[0]}.png")
+    first, second = (Path(compare.example_images(tmp_path)[-1][0]).parent for _ in range(2))
+    try:
+        assert first != second and (first.stat().st_mode & 0o077) == 0  # mkdtemp: new, owner-only
+    finally:
+        for folder in (first, second):
+            shutil.rmtree(folder)
 
 
 def test_backbones_are_every_zoo_and_library_backbone(tiny_zoo: str) -> None:
@@ -203,7 +269,7 @@ def test_find_entry_is_driven_by_the_manifest(tiny_zoo: str, tmp_path: Path) -> 
     assert compare.find_entry("swinir-light", 2, 0.5, "iht", str(tmp_path / "zoo.json")).name == newer["name"]
     with pytest.raises(FileNotFoundError, match=r"edsr-l x2 r0\.5 iht"):
         compare.find_entry("edsr-l", 2, 0.5, "iht", tiny_zoo)
-    assert compare.all_methods(tiny_zoo) == ["bicubic", "iht", "iss-p"]
+    assert compare.all_methods(tiny_zoo) == ["bicubic", "iss-p", "iht"]
 
 
 def test_the_tab_opens_at_the_scale_that_gains_most_over_bicubic(tmp_path: Path) -> None:
