@@ -272,30 +272,75 @@ def test_find_entry_is_driven_by_the_manifest(tiny_zoo: str, tmp_path: Path) -> 
     assert compare.all_methods(tiny_zoo) == ["bicubic", "iss-p", "iht"]
 
 
-def test_the_tab_opens_at_the_scale_that_gains_most_over_bicubic(tmp_path: Path) -> None:
+def test_the_tab_opens_at_the_strongest_cell(tmp_path: Path) -> None:
+    """Cells whose every method had the full budget first, then the larger gain over bicubic on Set5."""
     entries = json.loads((ROOT / "checkpoints" / "zoo.json").read_text())["entries"]
     template = next(e for e in entries if e["arch"] == "swinir-light" and e["scale"] == 4)
 
-    def entry(name: str, scale: int, over_bicubic: float) -> dict:
+    def entry(name: str, scale: int, over_bicubic: float, iterations: int = 60_000, **more) -> dict:
         psnr = compare.bicubic_results(scale)["Set5"]["psnr"] + over_bicubic
-        return {**template, "name": name, "scale": scale, "metrics": {"Set5": {"psnr": psnr, "ssim": 0.9}}}
+        budget = {**template["budget"], "iterations": iterations}
+        metrics = {"Set5": {"psnr": psnr, "ssim": 0.9}}
+        return {**template, "name": name, "scale": scale, "budget": budget, "metrics": metrics, **more}
 
     manifest = tmp_path / "zoo.json"
-    x4 = [entry("x4", 4, -0.3)]
-    manifest.write_text(json.dumps({"version": 1, "entries": x4}))
-    assert compare.default_scale("swinir-light", str(manifest)) == 4  # the only scale, though below bicubic
-    x2 = entry("x2", 2, 0.5)
-    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2]}))
-    assert compare.default_scale("swinir-light", str(manifest)) == 2
-    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2, entry("x4b", 4, 1.8)]}))
-    assert compare.default_scale("swinir-light", str(manifest)) == 4  # the larger gain wins
-    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2]}))
-    assert compare.default_scale("edsr-l", str(manifest)) == 4  # no entry: x4
-    at_99 = {**entry("x2b", 2, -1.0), "ratio": 0.99}
-    manifest.write_text(json.dumps({"version": 1, "entries": [*x4, x2, at_99]}))
+
+    def opens(*found: dict, arch: str = "swinir-light") -> int:
+        manifest.write_text(json.dumps({"version": 1, "entries": list(found)}))
+        return compare.default_scale(arch, str(manifest))
+
+    x4 = entry("x4", 4, -0.3)
+    assert opens(x4) == 4  # the only scale, though below bicubic
+    assert opens(x4, entry("x2", 2, 0.5)) == 2  # both fully trained: the larger gain
+    assert opens(x4, entry("x4b", 4, 1.8), entry("x2", 2, 0.5)) == 4
+    short = entry("x2-short", 2, 3.0, iterations=6_000, method="scratch")
+    assert opens(entry("x4b", 4, 1.8), entry("x2", 2, 3.1), short) == 4  # x2 gains more, one method is short
+    assert opens(x4, arch="edsr-l") == 4  # no entry: x4
+    at_99 = entry("x2b", 2, -1.0, ratio=0.99)
+    opens(x4, entry("x2", 2, 0.5), at_99)
     assert compare.ratios("swinir-light", 2, str(manifest)) == [0.95, 0.99]
-    assert compare.default_ratio("swinir-light", 2, str(manifest)) == 0.95  # not the highest: the best gain
+    assert compare.default_ratio("swinir-light", 2, str(manifest)) == 0.95  # not the highest: the strongest
     assert compare.default_ratio("edsr-l", 2, str(manifest)) is None
+
+
+def test_the_bundled_zoo_opens_at_swinir_light_x4_r095() -> None:
+    """The cell whose seven methods all had 60,000 iterations, where ISS-P leads on every bundled example."""
+    assert compare.default_backbone() == "swinir-light"
+    assert (compare.default_scale("swinir-light"), compare.default_ratio("swinir-light", 4)) == (4, 0.95)
+    methods = compare.method_choices("swinir-light", 4, 0.95)
+    assert methods[:3] == ["bicubic", "iss-p", "iht"] and len(methods) == 8
+    measured = json.loads((ROOT / "benchmarks" / "results" / "app_examples.json").read_text())
+    assert (measured["scale"], measured["ratio"]) == (4, 0.95)
+    bundled = [r for r in measured["examples"] if (compare.EXAMPLES_DIR / r["file"]).is_file()]
+    assert len(bundled) == len(compare.example_images()) and all(r["rank"] == 1 for r in bundled)
+    urban = [r for r in bundled if r["file"].startswith("urban100_")]
+    assert max(urban, key=lambda r: r["over_best_other"])["file"] == compare.FIRST_EXAMPLE
+
+
+def test_a_weak_cell_says_so_with_the_budget_and_the_papers_figure() -> None:
+    assert compare.cell_note("swinir-light", 4, 0.95) == ""  # all 60,000 iterations, ISS-P ahead
+    note = compare.cell_note("swinir-light", 4, 0.99)
+    assert note.startswith("⚠️ A weak cell") and "under bicubic (28.43 dB)" in note
+    assert "iht ahead (28.86 dB vs ISS-P's 28.77)" in note and "scratch trained 6,000 iterations" in note
+    assert "the paper's ISS-P here: 29.67 dB, ours 28.77 dB after 60,000 iterations" in note
+    short = compare.cell_note("swinir-light", 3, 0.95)
+    assert "trained 6,000 iterations, not the zoo's 60,000" in short and "33.49 dB" in short
+
+
+def test_the_first_screen_is_a_finished_comparison(tiny_zoo: str) -> None:
+    comp = compare.first_comparison("swinir-light", tiny_zoo)
+    assert compare.first_comparison("swinir-light", tiny_zoo) is comp  # computed once per process
+    assert list(comp.results) == ["bicubic", "iht"] and comp.hr.shape == (240, 240, 3)
+    assert all(isinstance(row[1], float) for row in comp.rows if row[0] in comp.results)
+    assert compare.default_pair(comp) == ("bicubic", "iht") and comp.files == []
+
+
+def test_the_sparse_kernels_default_is_the_same_on_every_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    compare.sparse_default.cache_clear()
+    first = compare.sparse_default("swinir-light", "cpu")
+    flipped = not first
+    monkeypatch.setattr(iss.sparse.speed, "sparse_by_default", lambda arch, device: flipped)
+    assert compare.sparse_default("swinir-light", "cpu") == first  # measured speeds since change nothing
 
 
 def test_compare_streams_one_result_per_method(tiny_zoo: str) -> None:
