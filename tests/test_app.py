@@ -450,6 +450,31 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
             browser.close()
 
 
+def test_browser_opens_on_a_finished_comparison_whose_table_fits(app_url: str) -> None:
+    """With no click: the example in the image box, the slider on bicubic vs the checkpoint, the zoom tiles
+    and the table filled, every column of it inside its panel."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium); never `playwright install`")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(app_url)
+            page.get_by_text("method(s) ran").first.wait_for(timeout=120_000)
+            assert page.locator("#zoom-gallery .thumbnail-item").count() == 4  # HR, LR, bicubic, iss-p
+            assert page.locator("#results-table").get_by_text("iss-p", exact=True).count() >= 1
+            assert page.evaluate(TABLE_FITS), "the results table is wider than its panel"
+        finally:
+            browser.close()
+
+
+TABLE_FITS = """() => {
+    const table = document.querySelector('#results-table table');
+    const panel = document.querySelector('#results-table');
+    return table.getBoundingClientRect().right <= panel.getBoundingClientRect().right + 1;
+}"""
 TILES_VISIBLE = """() => {
     const wrap = document.querySelector('#zoom-gallery .grid-wrap').getBoundingClientRect();
     return [...document.querySelectorAll('#zoom-gallery .thumbnail-item')].every(t => {

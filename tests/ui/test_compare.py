@@ -71,8 +71,9 @@ def test_sparse_kernels_toggle_gives_the_same_image(tiny_zoo: str) -> None:
     assert diff.max() <= 1  # equal within 1e-4 before rounding to uint8
     row = next(r for r in fast.rows if r[0] == name)
     assert row[1] == pytest.approx(next(r for r in dense.rows if r[0] == name)[1], abs=0.01)
-    seconds, path = row[-1].split(" ", 1)  # the time column says which kernels ran
-    assert float(seconds) > 0 and path == f"({iss.sparse.sparse_path(model)})"
+    assert isinstance(row[-1], float) and row[-1] > 0  # a number: the column fits its panel
+    assert f"ran ({iss.sparse.sparse_path(model)}; expected" in fast.message  # the summary names the kernels
+    assert "ran (dense kernels; expected" in dense.message
     assert "C kernels" in compare.sparse_kernel_note() or "fallback" in compare.sparse_kernel_note()
 
 
