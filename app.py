@@ -25,7 +25,6 @@ import gradio as gr
 import torch
 
 import iss
-import iss.sparse.speed
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
 from iss.ui import analysis, compare, cost, gpu, sparsity
