@@ -16,7 +16,9 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
+import traceback
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,6 @@ import gradio as gr
 import torch
 
 import iss
-import iss.sparse.speed
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
 from iss.ui import admission, analysis, compare, cost, gpu, sparsity
@@ -38,6 +39,7 @@ INTRO = (
     "a checkpoint keeps its weights."
 )
 RECENT = compare.RecentComparisons(size=8)  # what slider and zoom reuse: memory bounded whatever the visitors
+FIRST_KEY = "first"  # RECENT's key of the comparison every page opens on
 EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
 QUEUE_SIZE = 8  # waiting requests, all events together, before new ones are refused ("Queue is full")
 LIVE = admission.LiveRuns(slots=1)  # live runs never wait in the queue: one at a time, one per visitor
@@ -177,12 +179,14 @@ def _run_compare(
     methods: Any,
     mode: Any,
     sparse: Any,
+    stop: threading.Event | None = None,
+    progress: gr.Progress = gr.Progress(),  # noqa: B008  (Gradio's way to ask for a progress bar)
     *,
     zoo_path: str | None,
     cache: str,
 ) -> Iterator[tuple]:
     """``/upscale``: bicubic and the chosen methods' zoo checkpoints for backbone, scale and ratio, streamed
-    method by method.
+    method by method, with a progress bar (tiles done, time left); Stop ends it after the current tile.
 
     Wired with ``preprocess=False``: the values arrive as sent, the image as Gradio's record of the uploaded
     file (undecoded), so that ``compare`` decodes it within its pixel budget and every mistake in a request
@@ -192,8 +196,9 @@ def _run_compare(
         path, out_dir = _upload_path(image, cache), str(_download_folder(cache))
         key = uuid.uuid4().hex
         for comp in gpu_compare(
-            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir
-        ):
+            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir,
+            progress=lambda fraction, text: progress(fraction, desc=text), stop=stop,
+        ):  # fmt: skip
             left, right = compare.default_pair(comp)
             yield _compare_outputs(comp, key, left, right, compare.zoom_box(comp, None, None))
     except (ValueError, KeyError, FileNotFoundError) as e:
@@ -203,8 +208,8 @@ def _run_compare(
 
 
 NOT_UPLOADED = (
-    "the image must be a file uploaded to this app (gradio_client.handle_file(path) or the upload route), "
-    "not a server path or a URL"
+    "This image is no longer on the server (or was never uploaded to it): pick the example again or upload "
+    "the file. API clients send it with gradio_client.handle_file(path), not as a server path or a URL."
 )
 
 
@@ -301,6 +306,19 @@ def _zoom(key: Any, evt: gr.SelectData) -> tuple:
     return compare.overview(comp, box), _tiles(comp, box)
 
 
+def _first(arch: str, zoo_path: str | None) -> tuple:
+    """The finished comparison the Compare tab opens on, and its example in the image box (computed once per
+    process: ``main`` computes it before serving, so no visitor waits)."""
+    try:
+        comp = compare.first_comparison(arch, zoo_path)
+    except (ValueError, KeyError, FileNotFoundError, OSError):  # the tab still works: nothing pre-filled
+        return (gr.update(),) * 10
+    left, right = compare.default_pair(comp)
+    box = compare.zoom_box(comp, None, None)
+    example = str(compare.EXAMPLES_DIR / compare.FIRST_EXAMPLE)
+    return (*_compare_outputs(comp, FIRST_KEY, left, right, box), example)
+
+
 def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tuple:
     """Ratios, methods, the zoo note and the sparse-kernel default for a backbone/scale pair."""
     found = compare.ratios(backbone, int(scale), zoo_path)
@@ -310,7 +328,7 @@ def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tupl
         gr.update(choices=found, value=ratio),
         gr.update(choices=methods, value=methods),
         compare.availability(backbone, int(scale), zoo_path),
-        iss.sparse.speed.sparse_by_default(backbone, compare.default_device()),
+        compare.sparse_default(backbone, compare.default_device()),
     )
 
 
@@ -320,15 +338,23 @@ def _methods_for(backbone: str, scale: int, ratio: float | None, zoo_path: str |
     return gr.update(choices=methods, value=methods)
 
 
+def _crops_folder() -> str:
+    """A new folder inside Gradio's cache for the Urban100 crops cut from ``--data-dir`` (under ``main``, the
+    process's own cache folder, removed at exit)."""
+    cache = gr.utils.get_upload_folder()
+    os.makedirs(cache, exist_ok=True)
+    return tempfile.mkdtemp(prefix="urban100-", dir=cache)
+
+
 def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> None:
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
     archs = compare.backbones(zoo_path)
-    arch0 = "swinir-light" if "swinir-light" in archs else archs[0]
+    arch0 = compare.default_backbone(zoo_path)
     scale0 = compare.default_scale(arch0, zoo_path)
     ratio_choices = compare.ratios(arch0, scale0, zoo_path)
     ratio0 = compare.default_ratio(arch0, scale0, zoo_path)
     methods0 = compare.method_choices(arch0, scale0, ratio0, zoo_path)
-    examples = compare.example_images(data_dir)
+    examples = compare.example_images(data_dir, _crops_folder() if data_dir else None)
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
             image = gr.Image(
@@ -359,12 +385,14 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 compare.all_methods(zoo_path), value=methods0, label="Methods to compare"
             )  # every method the zoo has (what the API accepts); narrowed to this backbone's on load
             sparse = gr.Checkbox(
-                iss.sparse.speed.sparse_by_default(arch0, compare.default_device()),
+                compare.sparse_default(arch0, compare.default_device()),
                 label="Sparse kernels (iss.sparsify)",
                 info=compare.sparse_kernel_note(),
             )
             expected = gr.Markdown("Upload an image or pick an example, then press **Compare**.")
-            run = gr.Button("Compare", variant="primary")
+            with gr.Row():
+                run = gr.Button("Compare", variant="primary")
+                halt = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
             status = gr.Markdown(label="Status")
             with gr.Row():
@@ -421,20 +449,29 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
         concurrency_id="estimate",
         preprocess=False,
     )
-    run.click(
+    flag = gr.State(None)
+    run.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
         functools.partial(_run_compare, zoo_path=zoo_path, cache=image.GRADIO_CACHE),
-        inputs,
+        [*inputs, flag],
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
         concurrency_id="upscale",
         preprocess=False,
     )
+    halt.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     left.input(_repair, [state, left, right], [slider], api_visibility="private")
     right.input(_repair, [state, left, right], [slider], api_visibility="private")
     swap.click(lambda a, b: (b, a), [left, right], [left, right], api_visibility="private").then(
         _repair, [state, left, right], [slider], api_visibility="private"
     )
     region.select(_zoom, [state], [region, grid], api_visibility="private")
+    demo.load(
+        functools.partial(_first, arch0, zoo_path),
+        None,
+        [slider, region, grid, table, files, status, left, right, state, image],
+        api_visibility="private",
+        concurrency_limit=None,  # computed once per process; the lock in first_comparison serialises it
+    )
 
 
 # --------------------------------------------------------------------------------------------------- analysis
@@ -774,7 +811,19 @@ def delete_cache_files(demo: gr.Blocks) -> None:
             path.parent.rmdir()  # only if empty
 
 
-def shut_down(demo: gr.Blocks, seconds: float = 2.0) -> None:
+def own_cache() -> Path:
+    """A new folder of this process's own for Gradio's cache (uploads, example copies, results), inside
+    ``$GRADIO_TEMP_DIR`` or the temp folder, and set as ``$GRADIO_TEMP_DIR``: another copy of the app that
+    cleans up at exit never touches it. The caller removes it at exit."""
+    parent = os.environ.get("GRADIO_TEMP_DIR") or None
+    if parent:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="iss-sr-app-", dir=parent))
+    os.environ["GRADIO_TEMP_DIR"] = str(folder)
+    return folder
+
+
+def shut_down(demo: gr.Blocks, cache: Path | None = None, code: int = 0, seconds: float = 2.0) -> None:
     """End the process now that the server is asked to stop: live runs stopped, the server closed (waiting
     at most ``seconds``), every file this app put in Gradio's cache deleted, then ``os._exit``: threads still
     inside torch (a comparison, a run's last layer) would otherwise abort the interpreter's own exit."""
@@ -785,9 +834,11 @@ def shut_down(demo: gr.Blocks, seconds: float = 2.0) -> None:
     delete_cache_files(demo)
     for folder in FOLDERS:
         shutil.rmtree(folder, ignore_errors=True)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)  # this process's own folder only
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -801,13 +852,28 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    cache = own_cache()
     demo = build_demo(args.data_dir, args.zoo)
+    _first(compare.default_backbone(args.zoo), args.zoo)  # before serving: no visitor waits for it
     # SIGTERM (a stopped Space or container) shuts down at once, without Gradio's wait for open connections
-    signal.signal(signal.SIGTERM, lambda signum, frame: shut_down(demo))
+    signal.signal(signal.SIGTERM, lambda signum, frame: shut_down(demo, cache))
+    code = 1
     try:
         demo.launch(server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS)
-    finally:  # Ctrl-C or SIGTERM: Gradio's own shutdown may not finish its cleaning before the exit
-        shut_down(demo)
+        code = 0
+    except KeyboardInterrupt:
+        code = 0
+    except OSError as e:
+        if "port" not in str(e).lower():
+            traceback.print_exc()
+        else:
+            taken = f"port {args.port} on {args.host} is taken: start with --port N, a free one"
+            print(taken, file=sys.stderr)
+            code = 2
+    except Exception:
+        traceback.print_exc()
+    finally:  # Gradio's own shutdown may not finish its cleaning before the exit
+        shut_down(demo, cache, code)
 
 
 if __name__ == "__main__":
