@@ -115,6 +115,15 @@ def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def default_cell(zoo_path: str | None = None) -> tuple[str, int, float | None]:
+    """The backbone, scale and ratio the app opens on (Compare's first screen; the Analysis and Sparsity
+    tabs follow it): SwinIR-light when the zoo has it, at its ``default_scale`` and ``default_ratio``."""
+    archs = backbones(zoo_path)
+    arch = "swinir-light" if "swinir-light" in archs else archs[0]
+    scale = default_scale(arch, zoo_path)
+    return arch, scale, default_ratio(arch, scale, zoo_path)
+
+
 def default_scale(arch: str, zoo_path: str | None = None) -> int:
     """The scale the Compare tab opens at: where ``arch``'s best checkpoint gains most over bicubic on Set5
     (x4 when none has a Set5 score), so that a first look shows what super-resolution adds."""
