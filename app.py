@@ -519,11 +519,11 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
             )
             show = gr.Button("Show", scale=1)
         rec_status = gr.Markdown("\n\n".join(t for t in (note, shown[3]) if t), label="Recording")
-        rec_flips = gr.Plot(shown[0], label="Recorded mask dynamics")
+        rec_flips = gr.Plot(shown[0], label="Recorded mask dynamics", elem_id="recorded-mask")
         _caption("mask")
-        rec_grads = gr.Plot(shown[1], label="Recorded gradients")
+        rec_grads = gr.Plot(shown[1], label="Recorded gradients", elem_id="recorded-gradients")
         _caption("gradients")
-        rec_training = gr.Plot(shown[2], label="Recorded training")
+        rec_training = gr.Plot(shown[2], label="Recorded training", elem_id="recorded-training")
         _caption("training")
     gr.Markdown(
         "### Live: ISS-P vs IHT on this machine\n"
@@ -571,11 +571,11 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
                 stop = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
             status = gr.Markdown("Press **Train** to start.", label="Status")
-            flips = gr.Plot(label="Mask dynamics")
+            flips = gr.Plot(label="Mask dynamics", elem_id="live-mask")
             _caption("mask")
-            grads = gr.Plot(label="Gradients")
+            grads = gr.Plot(label="Gradients", elem_id="live-gradients")
             _caption("gradients")
-            training = gr.Plot(label="Training")
+            training = gr.Plot(label="Training", elem_id="live-training")
             _caption("training")
     flag = gr.State(None)
     fixed = [backbone, scale, ratio, alpha, prune_iters, batch, patch]
