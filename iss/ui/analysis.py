@@ -107,6 +107,8 @@ def recording_differences(name: str, zoo_path: str | None = None) -> list[str] |
     field by field (budget and ISS-P's options): ``[]`` when it is those runs, None when the zoo has
     neither checkpoint. Fields the recording does not hold are not compared."""
     config, _ = load_recording(_recording_folder(name))
+    if not {"arch", "scale", "ratio"} <= set(config):
+        return None
     entries = {}
     for run in RUNS:
         with contextlib.suppress(FileNotFoundError):
@@ -166,7 +168,7 @@ def recording_origin(name: str, zoo_path: str | None = None) -> str:
     """One sentence: recording ``name`` is the run behind the zoo's checkpoints of its cell, or how not."""
     differences = recording_differences(name, zoo_path)
     if differences is None:
-        return "The zoo has no ISS-P or IHT checkpoint of this cell."
+        return "The zoo has no ISS-P or IHT checkpoint of this recording's cell."
     if not differences:
         return "These are the runs that made the zoo's ISS-P and IHT checkpoints of this cell."
     return "Not the runs behind the zoo's checkpoints of this cell: " + "; ".join(differences) + "."
@@ -190,7 +192,7 @@ def recording_choices(zoo_path: str | None = None) -> list[tuple[str, str]]:
 def _cell(name: str) -> tuple[str, int, float]:
     """(backbone, scale, ratio) of recording ``name``."""
     config, _ = load_recording(_recording_folder(name))
-    return config["arch"], int(config["scale"]), float(config["ratio"])
+    return config.get("arch", ""), int(config.get("scale", 0)), float(config.get("ratio", 0.0))
 
 
 def default_recording(zoo_path: str | None = None) -> str | None:
