@@ -560,7 +560,7 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
                 batch = gr.Slider(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
             layers = Names(
                 layers0,
-                value=analysis.default_layers(layers0),
+                value=analysis.busiest_layers(d["start"]) or analysis.default_layers(layers0),
                 multiselect=True,
                 allow_custom_value=True,
                 label="Layers to plot",

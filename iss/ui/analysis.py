@@ -55,6 +55,7 @@ MAX_LIVE_SECONDS = 900
 MAX_ITERATION_SECONDS = 30.0  # slower (estimated) iterations are shrunk: batch first, then the LR patch
 MAX_PATCH, MAX_BATCH = 64, 32  # the sliders' ranges
 VALIDATION_SIZE = 96  # HR side of the quick validation crop
+BUSY_SPAN = 2500  # recorded iterations after a start point in which busiest_layers counts flips
 SHORT_RUN = 1500  # from random init both masks barely move before ~1.5k iterations (issue 4, measured on CPU)
 RANDOM_INIT = "random init"
 LIVE_SETS = ("T91",)  # small enough to load in a second or two when a live run starts
@@ -248,6 +249,25 @@ def opening_note(zoo_path: str | None = None) -> str:
     )
 
 
+def busiest_layers(start: str, count: int = 2, span: int = BUSY_SPAN) -> list[str]:
+    """For a recorded start point, the ``count`` layers whose masks flip most per iteration (both runs
+    together) in the recording's ``span`` iterations after it: what a live run resumed there plots by
+    default, so that its plots move within its first minutes ([] for random init)."""
+    if not start or start == RANDOM_INIT:
+        return []
+    name, _, iteration = start.partition(" @ ")
+    _recorded_state(start)  # a start point that is not offered is a KeyError
+    _, traces = load_recording(_recording_folder(name.strip()))
+    after = int(iteration)
+    busy: dict[str, float] = {}
+    for trace in traces.values():
+        inside = [i for i, it in enumerate(trace.iterations) if after < it <= after + span]
+        for layer, flips in trace.flips.items():
+            finite = [flips[i] for i in inside if math.isfinite(flips[i])]
+            busy[layer] = busy.get(layer, 0.0) + (sum(finite) / len(finite) if finite else 0.0)
+    return sorted(busy, key=busy.__getitem__, reverse=True)[:count]
+
+
 def default_layers(layers: Sequence[str], count: int = 2) -> list[str]:
     """Two representative layers (a quarter and three quarters into the network), as the paper's Fig. 3."""
     if len(layers) <= count:
@@ -357,7 +377,7 @@ def build_live_run(
             f"{config['arch']} has no prunable layer {unknown[0]!r}; it has {len(names)}, e.g. "
             f"{', '.join(default_layers(names))}"
         )
-    chosen = names if all_layers else list(layers or []) or default_layers(names)
+    chosen = names if all_layers else list(layers or []) or busiest_layers(start) or default_layers(names)
     train_config = iss.train.TrainConfig(lr=lr)
     trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
     start_iteration, restored = 0, False

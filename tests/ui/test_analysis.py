@@ -266,3 +266,17 @@ def test_a_default_cell_with_its_own_shipped_recording_opens_on_it(monkeypatch: 
     monkeypatch.setattr(compare, "default_cell", lambda zoo_path=None: ("cat-r", 2, 0.95))
     assert analysis.default_recording() == "cat-r_x2_r0.95_cpu"
     assert analysis.opening_note() == ""
+
+
+def test_a_resumed_live_run_plots_the_layers_that_flip_most_after_its_state() -> None:
+    """At the bundled state (x4 r0.95 @ 22,500) the quarter/three-quarter layers barely flip (0.0015-0.05‰ per
+    iteration in the recording): a live run there plots the two that flip most in the recorded 2,500
+    iterations after it, so its plots move from the first updates."""
+    start = analysis.default_start()
+    assert analysis.busiest_layers(start) == [
+        "layers.0.residual_group.blocks.1.mlp.fc2.weight",
+        "layers.1.residual_group.blocks.0.attn.proj.weight",
+    ]
+    assert analysis.busiest_layers(analysis.RANDOM_INIT) == []
+    with pytest.raises(KeyError, match="no recorded state"):
+        analysis.busiest_layers("../etc @ 1")
