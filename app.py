@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import logging
 import math
 import os
+import shutil
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -26,7 +29,7 @@ import iss
 import iss.sparse.speed
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
-from iss.ui import analysis, compare, cost, figures, gpu, sparsity
+from iss.ui import admission, analysis, compare, cost, figures, gpu, sparsity
 
 TITLE = "ISS-SR: sparse super-resolution with Iterative Soft Shrinkage"
 INTRO = (
@@ -36,14 +39,23 @@ INTRO = (
 )
 RECENT = compare.RecentComparisons(size=8)  # what slider and zoom reuse: memory bounded whatever the visitors
 EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
-QUEUE_SIZE = 8  # waiting requests per event before new ones are refused: a CPU Space cannot serve more
+QUEUE_SIZE = 8  # waiting requests, all events together, before new ones are refused ("Queue is full")
+LIVE = admission.LiveRuns(slots=1)  # live runs never wait in the queue: one at a time, one per visitor
+FOLDERS: set[Path] = set()  # the result folders this process made in Gradio's cache
+UNHEARD = 4  # a live run stops once this many of its updates (about one a second) wait unread
+LOG = logging.getLogger("iss.app")
 LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
+
+
+def _refuse(message: str) -> gr.Error:
+    """A client's mistake: one line to the client, one line in the server log, no traceback."""
+    LOG.warning("refused: %s", message)
+    return gr.Error(message, print_exception=False)
 
 
 def _error(e: Exception) -> gr.Error:
     """A user mistake shown in the UI (and to API clients) as one line, without a server-side traceback."""
-    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    return gr.Error(message, print_exception=False)
+    return _refuse(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
 
 
 # ------------------------------------------------------------------------ components with honest API types
@@ -60,6 +72,9 @@ class IntRadio(gr.Radio):
     def preprocess(self, payload: Any) -> Any:
         if isinstance(payload, str) and payload.strip().lstrip("-").isdigit():
             payload = int(payload)
+        allowed = [value for _, value in self.choices]
+        if isinstance(payload, bool) or not isinstance(payload, int | float) or payload not in allowed:
+            raise _refuse(f"{self.label} must be one of {', '.join(map(str, allowed))}, got {payload!r:.40}")
         return super().preprocess(payload)
 
 
@@ -75,7 +90,7 @@ class NumberDropdown(gr.Dropdown):
         try:
             return None if payload in (None, "") else float(payload)
         except (TypeError, ValueError):
-            raise gr.Error(f"{self.label} must be a number, got {payload!r}") from None
+            raise _refuse(f"{self.label} must be a number, got {payload!r:.40}") from None
 
 
 class Names(gr.Dropdown):
@@ -100,12 +115,34 @@ class WholeNumber(gr.Number):
             with contextlib.suppress(ValueError):
                 value = float(value.strip())
         if value is not None and (isinstance(value, bool | str) or not isinstance(value, int | float)):
-            raise gr.Error(f"{self.label} must be a whole number, got {payload!r:.40}")
+            raise _refuse(f"{self.label} must be a whole number, got {payload!r:.40}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise gr.Error(f"{self.label} must be a finite whole number, got {payload}")
+            raise _refuse(f"{self.label} must be a finite whole number, got {payload}")
         if isinstance(value, float) and not value.is_integer():
-            raise gr.Error(f"{self.label} must be a whole number, got {payload}")
+            raise _refuse(f"{self.label} must be a whole number, got {payload}")
         return super().preprocess(value)
+
+
+class Bounded(gr.Slider):
+    """A slider whose API value must be a number in its range (a whole one where its steps are whole): any
+    other value (text, NaN, null, a list, a bool) is refused in one line naming the field and the range
+    (Gradio's own check answers most with ``{"error": null}`` and a traceback)."""
+
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        whole = float(self.step).is_integer() and float(self.minimum).is_integer()
+        value = payload
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value.strip())
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or not self.minimum <= value <= self.maximum or (whole and value != int(value)):
+            kind = "a whole number" if whole else "a number"
+            raise _refuse(
+                f"{self.label} must be {kind} from {self.minimum:g} to {self.maximum:g}, got {payload!r:.40}"
+            )
+        return int(value) if whole else float(value)
 
 
 # ---------------------------------------------------------------------------------------------------- compare
@@ -197,7 +234,10 @@ def _download_folder(cache: str) -> Path:
     for emptied in Path(cache).glob("iss-sr-*"):
         with contextlib.suppress(OSError):
             emptied.rmdir()
-    return Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
+            FOLDERS.discard(emptied)
+    folder = Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
+    FOLDERS.add(folder)  # for shutdown: a comparison in flight has not handed its PNGs to Gradio yet
+    return folder
 
 
 @gpu(duration=60)
@@ -413,7 +453,7 @@ def _train(
     stop: threading.Event | None = None,
     data_dir: str | None = None,
 ) -> Iterator[tuple]:
-    """``/train``: stream ISS-P vs IHT figures; Stop ends it after this iteration, keeping the plots."""
+    """``/train``: stream ISS-P vs IHT figures; Stop ends it within a layer, keeping the plots."""
     try:
         yield from analysis.train_live(
             backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start,
@@ -425,13 +465,56 @@ def _train(
         cost.release_memory()
 
 
+def _live(
+    backbone: str,
+    scale: int,
+    ratio: float,
+    alpha: float,
+    iterations: int,
+    prune_iters: int,
+    patch: int,
+    batch: int,
+    layers: list[str] | None,
+    start: str,
+    stop: threading.Event | None,
+    request: gr.Request,
+    *,
+    demo: gr.Blocks,
+    data_dir: str | None,
+) -> Iterator[tuple]:
+    """``/train`` as visitors share it: admitted at once or refused in one line (``LIVE``), and stopped
+    when nobody reads its updates (a client that never opened the event stream, or left)."""
+    session, address = request.session_hash or "", request.client.host if request.client else ""
+    stop = stop or threading.Event()  # an API call has no Stop button, but shutdown stops it too
+    try:
+        with LIVE.admit(session, address, stop):
+            settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
+            run = _train(*settings, stop, data_dir=data_dir)
+            try:
+                for update in run:
+                    yield update
+                    if _unread(demo, session) >= UNHEARD:
+                        LOG.warning("stopped a live run nobody reads (session %s)", session[:8])
+                        return
+            finally:
+                run.close()
+    except admission.Refused as e:
+        raise _error(e) from None
+
+
+def _unread(demo: gr.Blocks, session: str) -> int:
+    """Messages of ``session`` that no client has read yet (Gradio's per-session queue of updates)."""
+    pending = demo._queue.pending_messages_per_session.get(session)
+    return pending.qsize() if pending is not None else 0
+
+
 def _arm() -> threading.Event:
     """A fresh stop flag for the run about to start (Stop sets it)."""
     return threading.Event()
 
 
 def _request_stop(flag: threading.Event | None) -> None:
-    """Stop: the running live run ends after its current iteration with a last update."""
+    """Stop: the running live run ends within a layer of its step, with a last update."""
     if flag is not None:
         flag.set()
 
@@ -542,10 +625,10 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
                 scale = IntRadio(
                     list(compare.SCALES), value=d["scale"], label="Scale", interactive=not locked
                 )
-            ratio = gr.Slider(
+            ratio = Bounded(
                 0.5, 0.99, value=d["ratio"], step=0.01, label="Pruning ratio", interactive=not locked
             )
-            alpha = gr.Slider(
+            alpha = Bounded(
                 0.5, 0.999, value=d["alpha"], step=0.001, label="alpha (ISS-P shrink factor)",
                 interactive=not locked,
             )  # fmt: skip
@@ -556,8 +639,8 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
                     interactive=not locked,
                 )  # fmt: skip
             with gr.Row():
-                patch = gr.Slider(8, analysis.MAX_PATCH, value=d["patch"], step=8, label="LR patch")
-                batch = gr.Slider(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
+                patch = Bounded(8, analysis.MAX_PATCH, value=d["patch"], step=8, label="LR patch")
+                batch = Bounded(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
             layers = Names(
                 layers0,
                 value=analysis.busiest_layers(d["start"]) or analysis.default_layers(layers0),
@@ -594,12 +677,30 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
         trigger_mode="always_last",
         concurrency_id="plan",
     )
+
+    def train(
+        backbone: str,
+        scale: int,
+        ratio: float,
+        alpha: float,
+        iterations: int,
+        prune_iters: int,
+        patch: int,
+        batch: int,
+        layers: list[str] | None,
+        start: str,
+        stop: threading.Event | None,
+        request: gr.Request,
+    ) -> Iterator[tuple]:  # a plain function: Gradio gives gr.Request only to those (not partials)
+        settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
+        yield from _live(*settings, stop, request, demo=demo, data_dir=data_dir)
+
     go.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
-        functools.partial(_train, data_dir=data_dir),
+        train,
         [backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start, flag],
         [flips, grads, training, status],
         api_name="train",
-        concurrency_id="train",
+        concurrency_limit=None,  # never queued: LIVE admits or refuses it at once
     ).then(_plan, sizes, [plan], api_visibility="private")  # the estimate, with the speed just measured
     stop.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     rec.change(_recorded_layers, [rec], [rec_layers], api_visibility="private")
@@ -693,9 +794,20 @@ def delete_cache_files(demo: gr.Blocks) -> None:
             path.parent.rmdir()  # only if empty
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM (a stopped Space or container) ends the server as Ctrl-C does, so that ``main`` cleans up."""
-    raise KeyboardInterrupt
+def shut_down(demo: gr.Blocks, seconds: float = 2.0) -> None:
+    """End the process now that the server is asked to stop: live runs stopped, the server closed (waiting
+    at most ``seconds``), every file this app put in Gradio's cache deleted, then ``os._exit``: threads still
+    inside torch (a comparison, a run's last layer) would otherwise abort the interpreter's own exit."""
+    LIVE.stop_all()
+    closing = threading.Thread(target=demo.close, daemon=True)
+    closing.start()
+    closing.join(seconds)
+    delete_cache_files(demo)
+    for folder in FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -709,13 +821,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    signal.signal(signal.SIGTERM, _interrupt)
     demo = build_demo(args.data_dir, args.zoo)
+    # SIGTERM (a stopped Space or container) shuts down at once, without Gradio's wait for open connections
+    signal.signal(signal.SIGTERM, lambda signum, frame: shut_down(demo))
     try:
         demo.launch(server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS)
     finally:  # Ctrl-C or SIGTERM: Gradio's own shutdown may not finish its cleaning before the exit
-        demo.close()
-        delete_cache_files(demo)
+        shut_down(demo)
 
 
 if __name__ == "__main__":

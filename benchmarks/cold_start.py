@@ -67,8 +67,10 @@ def crop_photo(source: Path, size: tuple[int, int], out: Path) -> Path:
     return out
 
 
-def upscale_seconds(model: str, photo: Path, dense: bool, env: dict[str, str], out: Path) -> float:
-    """Wall seconds of one ``python -m iss upscale`` in a new process (import, load and upscale)."""
+def upscale_seconds(model: str, photo: Path, dense: bool, env: dict[str, str], work: Path) -> float:
+    """Wall seconds of one ``python -m iss upscale`` in a new process (import, load and upscale), writing
+    into a new folder under ``work``."""
+    out = Path(tempfile.mkdtemp(dir=work))  # a new folder: upscale skips results that exist
     command = [sys.executable, "-m", "iss", "upscale", model, str(photo), "-o", str(out)]
     start = time.perf_counter()
     subprocess.run([*command, *(["--dense"] if dense else [])], cwd=ROOT, env=env, check=True,
@@ -79,12 +81,12 @@ def upscale_seconds(model: str, photo: Path, dense: bool, env: dict[str, str], o
 def cold_start(model: str, photo: Path, reps: int, env: dict[str, str], work: Path) -> dict[str, list[float]]:
     """Seconds per run of sparse (no kept timings) and dense, alternating, after one untimed warm-up that
     builds the compiled kernel into the cache."""
-    upscale_seconds(model, photo, False, env, work / "out")
+    upscale_seconds(model, photo, False, env, work)
     times: dict[str, list[float]] = {"sparse": [], "dense": []}
     for rep in range(reps):
         for mode in ("sparse", "dense") if rep % 2 == 0 else ("dense", "sparse"):
             shutil.rmtree(Path(env["ISS_CACHE_DIR"]) / "sparse", ignore_errors=True)
-            times[mode].append(upscale_seconds(model, photo, mode == "dense", env, work / "out"))
+            times[mode].append(upscale_seconds(model, photo, mode == "dense", env, work))
     return times
 
 

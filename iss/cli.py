@@ -15,6 +15,8 @@ COMMANDS = {
     "train": ("iss.train.cli", "train a sparse SR network with a pruning method"),
     "zoo": ("iss.zoo.cli", "list, fetch, publish or train the checkpoint zoo"),
     "upscale": ("iss.zoo.pretrained", "upscale image files, folders or globs with a zoo model or checkpoint"),
+    "export": ("iss.export", "write a zoo model as a spandrel state dict or as ONNX, for other tools"),
+    "space": ("iss.space", "write the folder a Hugging Face Space repository holds"),
 }
 
 

@@ -6,9 +6,9 @@ SR output quantised to uint8, PSNR and SSIM on BT.601 Y with ``scale`` pixels cr
 
 Examples::
 
-    python -m iss eval --model bicubic --scale 4 --datasets Set5,Set14 --data-dir ../shared/data/benchmarks
+    python -m iss eval --model bicubic --scale 4 --datasets Set5,Set14 --data-dir ../shared/data
     python -m iss eval --model swinir-light --weights 002_lightweightSR_DIV2K_s64w8_SwinIR-S_x4.pth --scale 4
-    python -m iss eval --model checkpoints/swinir-light_x4_iss-p_r0.95.safetensors --json out.json
+    python -m iss eval --model swinir-light_x4_iss-p_r0.95 --datasets Set5 --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from iss.archs import SCALES
 from iss.cli import UsageError
 from iss.data import BENCHMARKS, BenchmarkSet, benchmark_name, metrics
 from iss.infer import Upscaler, bicubic_upscaler, model_upscaler
 
 __all__ = ["SCALES", "add_arguments", "evaluate", "format_table", "image_scores", "mean_scores", "run"]
-
-SCALES = (2, 3, 4)
 
 
 def evaluate(
@@ -109,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default="bicubic",
-        help="'bicubic', an architecture (with --weights) or a .safetensors checkpoint",
+        help="'bicubic', an architecture (with --weights), a zoo name or a .safetensors checkpoint",
     )
     parser.add_argument("--weights", type=Path, help="official .pth weights for an architecture name")
     parser.add_argument("--scale", type=int, help="2, 3 or 4 (default: the checkpoint's scale)")
@@ -119,7 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated sets (default: {','.join(BENCHMARKS)})",
     )
     parser.add_argument(
-        "--data-dir", type=Path, help="folder holding <Set>/HR (default: $ISS_DATA_DIR/benchmarks)"
+        "--data-dir", type=Path,
+        help="data folder holding benchmarks/<Set>/HR, or a folder holding <Set>/HR (default: $ISS_DATA_DIR)",
     )
     parser.add_argument(
         "--download", action="store_true", help="fetch sets missing from --data-dir from the Hugging Face Hub"
@@ -193,13 +193,13 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
         if not args.weights.is_file():
             raise FileNotFoundError(f"weights file {args.weights} not found")
         model = archs.load_official(archs.build(args.model, scale), args.weights)
-    elif Path(args.model).suffix == ".safetensors":
-        from iss import checkpoint  # lazy: only for our own checkpoints
+    elif Path(args.model).suffix == ".safetensors" or args.model in _zoo_names():
+        from iss.zoo.pretrained import load  # lazy: only for our own checkpoints
 
-        model, meta = checkpoint.load(args.model)
-        scale = _check_scale(args.scale if args.scale is not None else int(meta["scale"]))
-        if scale != int(meta["scale"]):
-            raise UsageError(f"{args.model} is an x{meta['scale']} checkpoint, but --scale is {scale}")
+        model = load(args.model, sparse=False, device=device)  # --sparse below, where asked for
+        scale = _check_scale(args.scale if args.scale is not None else model.scale)
+        if scale != model.scale:
+            raise UsageError(f"{args.model} is an x{model.scale} checkpoint, but --scale is {scale}")
     else:
         hint = (
             " (official .pth weights go with --weights and an architecture name)"
@@ -208,7 +208,7 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
         )
         raise UsageError(
             f"unknown --model '{args.model}'{hint}; use 'bicubic', one of {', '.join(archs.list_archs())}, "
-            "or a path to a .safetensors checkpoint"
+            "a zoo name (`python -m iss zoo list`) or a path to a .safetensors checkpoint"
         )
     if args.sparse:
         if device.type != "cpu":
@@ -217,6 +217,13 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
 
         model = sparsify(model)
     return model_upscaler(model, tile=args.tile, overlap=args.overlap, device=device), scale, model
+
+
+def _zoo_names() -> set[str]:
+    """The names of the bundled zoo's models (what ``upscale`` and ``iss.load`` accept)."""
+    from iss import zoo  # lazy: reads checkpoints/zoo.json
+
+    return {entry.name for entry in zoo.load_zoo()}
 
 
 def _check_scale(scale: int | None) -> int:
@@ -251,6 +258,8 @@ def _dataset_roots(datasets: list[str], data_dir: Path | None, *, download: bool
         )
     if data_dir is not None and not data_dir.is_dir():
         raise FileNotFoundError(f"--data-dir {data_dir} is not a folder")
+    if data_dir is not None and (data_dir / "benchmarks").is_dir():
+        data_dir = data_dir / "benchmarks"  # the data folder every command takes, holding benchmarks/<Set>/HR
     roots = {}
     for name in datasets:
         if data_dir is not None and (not download or _has_set(data_dir, name)):

@@ -238,6 +238,14 @@ def download(
     return Path(hf_hub_download(**kwargs, etag_timeout=timeout))
 
 
+def unreachable(error: BaseException) -> bool:
+    """Whether a failed download means no Hub could be reached (refused, unresolvable, timed out), as
+    opposed to an answer (404, 5xx) or offline mode, both of which concern the one file asked for."""
+    if isinstance(error, LocalEntryNotFoundError):
+        return False
+    return not getattr(getattr(error, "response", None), "status_code", None)
+
+
 def describe_error(error: BaseException) -> str:
     """A one-line reason for a failed download."""
     if isinstance(error, LocalEntryNotFoundError):

@@ -25,7 +25,7 @@ __all__ = [
     "Upscaler",
     "bicubic_upscaler",
     "model_upscaler",
-    "upscale",
+    "upscale_array",
 ]
 
 Upscaler = Callable[[np.ndarray], np.ndarray]
@@ -36,7 +36,7 @@ AUTO_TILE = 256  # tile size used then (a multiple of the SwinIR window 8 and th
 OVERLAP = 32  # LR pixels neighbouring tiles share by default (a tile must be larger)
 
 
-def upscale(
+def upscale_array(
     model: nn.Module,
     img: np.ndarray,
     *,
@@ -44,7 +44,8 @@ def upscale(
     overlap: int = OVERLAP,
     device: str | torch.device | None = None,
 ) -> np.ndarray:
-    """Super-resolve one image: uint8 HxWx3 in, uint8 HxWx3 out (clamped and rounded).
+    """Super-resolve one image array: uint8 HxWx3 in, uint8 HxWx3 out (clamped and rounded); ``iss.upscale``
+    takes any image (a file, PIL, an array in any mode) and returns a PIL image.
 
     ``tile`` splits the LR into ``tile x tile`` pieces overlapping by ``overlap``; images with more than
     ``AUTO_TILE_PIXELS`` pixels are tiled with ``AUTO_TILE`` when ``tile`` is None. ``device`` defaults to the
@@ -122,7 +123,7 @@ def model_upscaler(
     """An :data:`Upscaler` running ``model`` through :func:`upscale` with fixed tiling and device."""
 
     def run(lr: np.ndarray) -> np.ndarray:
-        return upscale(model, lr, tile=tile, overlap=overlap, device=device)
+        return upscale_array(model, lr, tile=tile, overlap=overlap, device=device)
 
     return run
 

@@ -19,7 +19,6 @@ from huggingface_hub import constants
 from PIL import Image
 
 import iss
-import iss.sparse.decisions
 import iss.sparse.kernels
 import iss.sparse.speed
 
@@ -33,12 +32,6 @@ def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Time estimates as on an idle machine (``iss.sparse.speed.load_factor`` 1), whatever the load now: no
     test depends on it (tests/sparse/test_speed.py sets the loads it tests)."""
     monkeypatch.setattr(iss.sparse.speed, "_system", lambda: (0.0, 2, 2))
-
-
-@pytest.fixture(autouse=True)
-def fresh_timings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Each test times its sparse layers afresh: no timing kept by another test or an earlier run decides."""
-    monkeypatch.setattr(iss.sparse.decisions, "timings_file", lambda: tmp_path / "timings.json")
 
 
 @pytest.fixture(params=["c", "mkl"])

@@ -283,3 +283,17 @@ def test_sparse_kernels_give_the_dense_scores(
     printed = capsys.readouterr().out
     labels = ("fused C kernels", "C kernels", "PyTorch kernels (no C compiler)", "dense kernels")
     assert sum(f"({label})" in printed for label in labels) == 1
+
+
+@pytest.mark.usefixtures("isolated_hub", "offline")
+def test_a_zoo_name_on_the_data_folder_the_readme_describes(tmp_path: Path) -> None:
+    data = tmp_path / "data"  # data/benchmarks/Set5/HR, as every other command takes it
+    hr = data / "benchmarks" / "Set5" / "HR"
+    hr.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    Image.fromarray(rng.integers(0, 256, (24, 30, 3), dtype=np.uint8)).save(hr / "a.png")
+    name, out = "swinir-light_x2_iss-p_r0.95", tmp_path / "res.json"
+    assert _eval("--model", name, "--datasets", "Set5", "--data-dir", str(data), "--json", str(out)) == 0
+    model = iss.load(name, sparse=False)
+    expected = evaluate(model_upscaler(model), ["Set5"], 2, data / "benchmarks", progress=False)
+    assert json.loads(out.read_text())["Set5"] == pytest.approx(expected["Set5"])

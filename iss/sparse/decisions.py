@@ -1,27 +1,29 @@
-"""Which kernel a sparse layer runs, decided without timing wherever that is safe.
+"""Timed dense-or-sparse choices remembered per machine, so that the same command gives the same bytes.
 
-Timing dense against sparse on the first call costs a few forwards per distinct layer and input size (on a
-loaded 2-core CPU, 89 s of a 92 s first SwinIR-light x4 upscale of a 384x303 photo). So a layer is timed
-only when neither of these decides it:
+A sparsified layer or block runs whichever of its two kernels measured faster on its first input
+(:mod:`.layers`). The two round differently (different summation orders), and on a loaded CPU the timing
+of a close pair flips from one process to the next, so a choice timed afresh in every process changed the
+output's last bits between runs of one command. The compiled kernels themselves are deterministic for a
+given thread count: each output element is summed by one thread in a fixed order, and threads only decide
+which windows or tiles they take, never how a sum is split.
 
-* **Clear calls** (:func:`clear`): with the compiled C kernels on float32, a layer (or a fused block whose
-  layers are all) at least ``CLEAR_ZEROS`` zero with ``CLEAR_WORK`` dense multiply-adds or more per call runs
-  sparse. Timed, every such layer chose sparse: all 38 decisions of SwinIR-light x4 ISS-P r0.95 on a
-  384x303 photo (2-core AMD EPYC), and every layer in docs/sparse-inference.md's runs.
-* **Timings from earlier processes** (:func:`recall`, :func:`remember`): each timing is kept on disk, under
-  ``$ISS_CACHE_DIR/sparse`` (default ``~/.cache/iss-sr``), in one JSON file per machine: CPU model, its
-  feature flags, the compiled kernel's build and torch's version. The layer's key holds its shapes, zero
-  fraction, input size and thread count.
+So the first measurement of each signature (shape, density, dtype, thread count) is stored, as the dense
+over sparse time ratio, in ``$ISS_CACHE_DIR/sparse/decisions-<machine>.json``, keyed by the CPU, the torch
+build and the kernels' sources, and every later process decides from it. Delete the file to measure again.
+
+A clear call is not timed at all (:func:`clear`): with the compiled C kernels on float32, a layer (or a fused
+block whose Linears all are) at least ``CLEAR_ZEROS`` zero with ``CLEAR_WORK`` dense multiply-adds or more
+per call runs sparse. Timed, every such layer chose sparse: all 38 decisions of SwinIR-light x4 ISS-P r0.95
+on a 384x303 photo (2-core AMD EPYC), and every layer in docs/sparse-inference.md's runs; timing them cost a
+new process most of its first upscale on a machine that had not stored them yet.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
-import platform
 import tempfile
 from pathlib import Path
 
@@ -31,7 +33,9 @@ from iss.data import cache_dir
 
 from . import kernels
 
-CLEAR_ZEROS = 0.94  # the zoo's ratios 0.95 and 0.99 are clear; 0.9 is timed once per machine
+__all__ = ["CLEAR_WORK", "CLEAR_ZEROS", "clear", "recall", "remember", "store"]
+
+CLEAR_ZEROS = 0.94  # the zoo's ratios 0.95 and 0.99 are clear; 0.9 is timed (once per machine)
 CLEAR_WORK = 1e7  # dense multiply-adds per call: below this a timing costs little and dense may win
 
 
@@ -42,45 +46,40 @@ def clear(zeros: float, work: float, x: torch.Tensor, min_speedup: float) -> boo
     return native and min_speedup <= 1.0 and zeros >= CLEAR_ZEROS and work >= CLEAR_WORK
 
 
-def timings_file() -> Path:
-    """This machine's file of timings: CPU model and flags, kernel build, torch version in its name."""
-    return cache_dir() / "sparse" / f"timings-{_machine()}.json"
+def store() -> Path:
+    """The file holding this machine's measured ratios (CPU flags, torch build and kernel sources)."""
+    code = b"".join(path.read_bytes() for path in (*kernels.SOURCES, *kernels.HEADERS))
+    machine = f"{kernels._cpu_id()} torch {torch.__version__}".encode()
+    return cache_dir() / "sparse" / f"decisions-{hashlib.sha256(machine + code).hexdigest()[:16]}.json"
 
 
-def recall(key: tuple) -> tuple[float, float] | None:
-    """(dense, sparse) seconds measured for ``key`` by an earlier process on this machine, if any."""
-    found = _read(timings_file()).get(repr(key))
-    return (float(found[0]), float(found[1])) if found else None
-
-
-def remember(key: tuple, dense_s: float, sparse_s: float) -> None:
-    """Keep a timing for later processes (merged into the file, replaced atomically; no cache: skipped)."""
-    path = timings_file()
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        saved = {**_read(path), repr(key): [dense_s, sparse_s]}
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".json", delete=False) as tmp:
-            json.dump(saved, tmp, indent=0)
-        os.replace(tmp.name, path)
-
-
-def _read(path: Path) -> dict[str, list[float]]:
-    """The timings in ``path`` (empty when missing or unreadable: then the layer is timed again)."""
+def _read(path: Path) -> dict[str, float]:
+    """The stored ratios; an unreadable or foreign file counts as empty (it is measured again)."""
     try:
-        saved = json.loads(path.read_text())
+        found = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return saved if isinstance(saved, dict) else {}
+    return found if isinstance(found, dict) else {}
 
 
-@functools.cache
-def _machine() -> str:
-    """Short hash of what a timing depends on besides the layer: CPU model and flags, kernel build, torch."""
-    model = ""
-    with contextlib.suppress(OSError, StopIteration):
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        model = next(line for line in lines if line.startswith("model name"))
-    library = kernels.load()
-    build = Path(library._name).name if library is not None else "no-kernels"
-    text = "|".join((model or platform.processor(), kernels._cpu_id(), build, torch.__version__))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def recall(key: tuple) -> float | None:
+    """Dense time over sparse time stored for signature ``key``, or None if never measured here."""
+    ratio = _read(store()).get(repr(key))
+    return float(ratio) if isinstance(ratio, int | float) else None
+
+
+def remember(key: tuple, ratio: float) -> float:
+    """Store the ratio measured for ``key`` unless another process stored one first, and return the one
+    stored (merged with the other entries, written atomically). Without a writable cache: ``ratio``."""
+    path = store()
+    found = _read(path)
+    if repr(key) in found:  # the first measurement stays: it made earlier outputs
+        stored = recall(key)
+        return ratio if stored is None else stored
+    found[repr(key)] = ratio
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".json", delete=False) as tmp:
+            json.dump(found, tmp, indent=0, sort_keys=True)
+        os.replace(tmp.name, path)
+    return ratio

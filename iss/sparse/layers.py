@@ -137,22 +137,26 @@ class _Plan:
         self, key: tuple, dense: Callable[[], object], sparse: Callable[[], object], clear: bool = False
     ) -> bool:
         """Decision for layers with signature ``key``, made once: sparse for a ``clear`` call
-        (:func:`.decisions.clear`), else from this machine's earlier timing of ``key``, else timed now
-        and kept on disk for later processes."""
+        (:func:`.decisions.clear`), else from the dense over sparse time of ``key`` (``_speedup``)."""
         if key not in self.decisions:
             if self.min_speedup <= 0 or clear:
                 self.decisions[key] = True
             elif math.isinf(self.min_speedup):
                 self.decisions[key] = False
             else:
-                saved = (*key, "exact" if self.exact else "half")
-                timed = decisions.recall(saved)
-                if timed is None:
-                    with torch_threads(self.threads), torch.no_grad():
-                        timed = _time_pair(dense, sparse, self.budget_s)
-                    decisions.remember(saved, *timed)
-                self.decisions[key] = timed[0] >= self.min_speedup * timed[1]
+                self.decisions[key] = self._speedup(key, dense, sparse) >= self.min_speedup
         return self.decisions[key]
+
+    def _speedup(self, key: tuple, dense: Callable[[], object], sparse: Callable[[], object]) -> float:
+        """Dense over sparse time for ``key``: as first measured on this machine, so that every process
+        makes the same choice and gives the same bytes (:mod:`.decisions`), else timed now."""
+        key = (*key, self.threads, self.exact)
+        stored = decisions.recall(key)
+        if stored is not None:
+            return stored
+        with torch_threads(self.threads), torch.no_grad():
+            t_dense, t_sparse = _time_pair(dense, sparse, self.budget_s)
+        return decisions.remember(key, t_dense / max(t_sparse, 1e-12))
 
 
 class _SparseBase(nn.Module):

@@ -1,10 +1,10 @@
 """The Analysis tab: ISS-P vs IHT trained side by side (same init, same batches), streamed as figures.
 
 A live run (``train_live``) is planned and bounded by ``plan_live_run`` (expected time and memory, from
-``iss.ui.cost``), built by ``build_live_run`` and fed by ``training_batches``; it stops cleanly between
-iterations when its ``stop`` event is set. The recorded runs bundled in ``assets/recordings`` are shown whole
-and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P and IHT differ);
-the zoo factory makes them (``iss.train.recording.TrainRecorder``). No gradio.
+``iss.ui.cost``), built by ``build_live_run`` and fed by ``training_batches``; it stops cleanly within a
+layer of its current step when its ``stop`` event is set. The recorded runs bundled in ``assets/recordings``
+are shown whole and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P
+and IHT differ); the zoo factory makes them (``iss.train.recording.TrainRecorder``). No gradio.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import iss
 import iss.sparse.speed
 import iss.train.recording
 from iss.train import NonFiniteLossError
+from iss.train.interrupt import Interrupted, interruptible
 from iss.train.recording import (
     RUNS,
     RunTrace,
@@ -621,8 +622,9 @@ def train_live(
 
     The first update comes after the first iteration; then one about every ``update_seconds``, and the last at
     the end. The size is bounded first (``plan_live_run``), the length by ``MAX_LIVE_SECONDS``. Setting
-    ``stop`` ends the run after the current iteration; a NaN loss or running out of memory ends it too. Each
-    ends with a last update whose status says why, so the plots drawn so far stay.
+    ``stop`` ends the run within a layer of the current step (that step is dropped); a NaN loss or running
+    out of memory ends it too. Each ends with a last update whose status says why, so the plots drawn so far
+    stay.
     """
     device = device or default_device()
     ratio, alpha, prune_iters = _check_settings(ratio, alpha, prune_iters)
@@ -638,14 +640,16 @@ def train_live(
     started = last_yield = time.perf_counter()
     stepping = 0.0  # seconds spent in training steps (for the speed estimate of later runs)
     done = 0
+    pressed = stop.is_set if stop is not None else lambda: False
     try:
         for done in range(1, plan.iterations + 1):
             lr, hr = next(batches)
             lr, hr = lr.to(device), hr.to(device)
             iteration = run.start_iteration + done
             step_start = time.perf_counter()
-            for name in RUNS:
-                run.traces[name].commit(iteration, run.trainers[name].step(lr, hr))
+            with interruptible(run.models.values(), pressed):  # Stop ends a step of seconds mid-way
+                for name in RUNS:
+                    run.traces[name].commit(iteration, run.trainers[name].step(lr, hr))
             stepping += time.perf_counter() - step_start
             if done % validate_every == 0 or done in (1, plan.iterations):
                 for name in RUNS:
@@ -662,6 +666,9 @@ def train_live(
             if done == 1 or done == plan.iterations or time.perf_counter() - last_yield >= update_seconds:
                 last_yield = time.perf_counter()
                 yield _live_update(run, done, plan, elapsed)
+    except Interrupted:
+        note = _stopped(run, done - 1, "you pressed Stop")
+        yield _live_update(run, done - 1, plan, time.perf_counter() - started, note)
     except NonFiniteLossError as e:
         yield _live_update(run, done - 1, plan, time.perf_counter() - started, f"⚠️ Stopped: {e}")
     except (RuntimeError, MemoryError) as e:

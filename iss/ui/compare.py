@@ -11,7 +11,6 @@ out (PIL/ndarray images, numbers, lists), no gradio.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import re
@@ -31,13 +30,13 @@ from torch import nn
 
 import iss
 import iss.data.metrics
+import iss.data.reference
 import iss.sparse.kernels
 import iss.sparse.speed
 
 from . import cost
 
-ROOT = Path(__file__).resolve().parents[2]
-ASSETS = ROOT / "assets"
+ASSETS = Path("assets").resolve()  # the app's photos and recordings: the repository's, the app runs there
 EXAMPLES_DIR = ASSETS / "examples"
 
 BICUBIC = "bicubic"
@@ -45,7 +44,7 @@ HR_LABEL, LR_LABEL = "HR (reference)", "LR input (nearest)"
 MODE_HR = "HR image: downscale with MATLAB bicubic, upscale, measure"
 MODE_LR = "LR image: upscale it"
 MODES = (MODE_HR, MODE_LR)
-SCALES = (2, 3, 4)
+SCALES = iss.archs.SCALES
 MAX_SIDE = {MODE_HR: 1024, MODE_LR: 512}  # input size caps (longest side), CPU-friendly
 MAX_UPLOAD_MB = 50  # the app's upload limit (Gradio refuses bigger files before they reach us)
 INPUT_POLICY = (
@@ -110,9 +109,8 @@ def backbones(zoo_path: str | None = None) -> list[str]:
 
 
 def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
-    """Our bicubic PSNR/SSIM per benchmark set at ``scale`` (empty when the results file is absent)."""
-    path = ROOT / "benchmarks" / "results" / f"bicubic_x{int(scale)}.json"  # from `python -m iss eval`
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """Our bicubic PSNR/SSIM per benchmark set at ``scale`` (empty for a scale without one)."""
+    return iss.data.reference.bicubic_results(scale)
 
 
 def default_cell(zoo_path: str | None = None) -> tuple[str, int, float | None]:
@@ -612,7 +610,7 @@ def _run_method(
     if int(meta["scale"]) != scale:
         raise ValueError(f"checkpoint is x{meta['scale']}, not x{scale}")
     start = time.perf_counter()
-    sr = iss.infer.upscale(model, lr, tile=tile, device=device)
+    sr = iss.infer.upscale_array(model, lr, tile=tile, device=device)
     seconds = time.perf_counter() - start
     key = (entry, device, sparse, zoo_path)
     if key in _WARM or not sparse:  # a sparse model's first call times its layers: no measure of speed

@@ -19,25 +19,27 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from huggingface_hub import HfApi, ModelCardData, constants
+from huggingface_hub import EvalResult, HfApi, ModelCardData, constants
 from huggingface_hub import try_to_load_from_cache as _try_to_load_from_cache
 
-from iss.hub import DOWNLOAD_ERRORS, describe_error, download, sha256_of
+from iss.data import reference
+from iss.hub import DOWNLOAD_ERRORS, describe_error, download, hub_offline, sha256_of, unreachable
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_ZOO = REPO_ROOT / "checkpoints" / "zoo.json"
+DEFAULT_ZOO = Path("checkpoints", "zoo.json")  # a source checkout's bundled zoo; commands run at its root
 DEFAULT_HUB_REPO = (
     "iss-sr/zoo"  # where ``zoo push`` publishes unless told otherwise; entries start at ``main``
 )
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_UNREACHABLE_SAID = threading.Event()  # set once "the Hub is unreachable" has been logged in this process
 
 # ----------------------------------------------------------------------------------------------- zoo manifest
 
@@ -237,7 +239,9 @@ def locate(
     ``HF_HUB_OFFLINE``; ``timeout`` bounds the wait for the Hub (default ``HF_HUB_ETAG_TIMEOUT``, 10 s); the
     body transfer follows ``HF_HUB_DOWNLOAD_TIMEOUT``. A Hub copy whose size or sha256 differs from the
     manifest is moved out of the Hub cache and the bundled copy used (a logged warning says why, unless
-    ``warn`` is False); raises ``ValueError`` when the bundled copy differs too, ``FileNotFoundError`` (with
+    ``warn`` is False). An unreachable Hub is logged once per process, offline mode (``HF_HUB_OFFLINE`` or
+    ``offline=True``) not at all: the bundled copies are then what the user asked for. Raises
+    ``ValueError`` when the bundled copy differs too, ``FileNotFoundError`` (with
     the reason) when there is no good copy at all.
     """
     if entry.hub is None:
@@ -251,6 +255,11 @@ def locate(
             )  # fmt: skip
         except DOWNLOAD_ERRORS as e:
             reason = f"Hub download failed: {describe_error(e)}"  # the same words for every entry
+            if hub_offline() if offline is None else offline:
+                warn = False
+            elif warn and unreachable(e):
+                _say_unreachable(describe_error(e))
+                warn = False
         else:
             try:
                 verify(path, entry, origin=f"downloaded from {hub.repo_id}@{hub.revision}")
@@ -260,6 +269,16 @@ def locate(
                 reason = f"{reason}; {_quarantine(path, entry)}"
                 return replace(_bundled(entry, reason, local_dir, warn), refused=reason)
     return _bundled(entry, reason, local_dir, warn)
+
+
+def _say_unreachable(reason: str) -> None:
+    """Log, the first time in this process only, that the Hub cannot be reached and bundled copies serve."""
+    if not _UNREACHABLE_SAID.is_set():
+        _UNREACHABLE_SAID.set()
+        log.warning(
+            "the Hugging Face Hub is unreachable (%s); using the bundled checkpoints "
+            "(set HF_HUB_OFFLINE=1 to skip the Hub)", reason,
+        )  # fmt: skip
 
 
 def locate_all(
@@ -277,7 +296,9 @@ def locate_all(
         (future.exception() or future.result()) if future.done() else _late(entry, timeout, options)
         for entry, future in zip(entries, futures, strict=True)
     ]
-    _warn_fallbacks(entries, found)
+    offline = options.get("offline")
+    if not (hub_offline() if offline is None else offline):  # offline: the bundled copies were asked for
+        _warn_fallbacks(entries, found)
     return found
 
 
@@ -385,8 +406,9 @@ def model_card(entries: list[ZooEntry], repo_id: str) -> str:
     archs = sorted({e.arch for e in entries})
     methods = sorted({e.method for e in entries})
     front = ModelCardData(
-        library_name="iss-sr", license="apache-2.0", pipeline_tag="image-to-image",
+        library_name="iss-sr", license="apache-2.0", pipeline_tag="image-to-image", model_name=repo_id,
         tags=["super-resolution", "image-super-resolution", "pruning", "sparse", *archs, *methods],
+        eval_results=eval_results(entries) or None,
     ).to_yaml()  # fmt: skip
     sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
     sets += sorted({s for e in entries for s in e.metrics} - set(sets))
@@ -453,6 +475,27 @@ def model_card(entries: list[ZooEntry], repo_id: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def eval_results(entries: Iterable[ZooEntry]) -> list[EvalResult]:
+    """The card's ``model-index``: PSNR and SSIM (Y channel) of every checkpoint on every set it was measured
+    on; the metric name says which checkpoint, the dataset which set at which scale."""
+    return [
+        EvalResult(
+            task_type="image-to-image",
+            task_name="Image super-resolution",
+            dataset_type=name.lower(),
+            dataset_name=f"{name} x{e.scale}",
+            dataset_config=f"x{e.scale}",
+            metric_type=metric,
+            metric_value=values[metric],
+            metric_name=f"{metric.upper()} (Y) {e.name}",
+        )
+        for e in entries
+        for name, values in e.metrics.items()
+        for metric in ("psnr", "ssim")
+        if metric in values
+    ]
 
 
 def _metric_cell(values: dict[str, float] | None) -> str:
@@ -586,8 +629,8 @@ def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None
 
 def markdown_table(entries: list[ZooEntry]) -> str:
     """The zoo in full (``docs/zoo.md``): per (arch, scale, ratio) group, each entry's PSNR/SSIM and training
-    budget, then bicubic (``benchmarks/results/bicubic_x*.json``) and the paper's numbers for those cells."""
-    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    budget, then bicubic (``iss.data.reference``) and the paper's numbers for those cells."""
+    paper = reference.paper_results()["rows"]
     sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
     lines = []
     for key in dict.fromkeys((e.arch, e.scale, e.ratio) for e in entries):
@@ -602,9 +645,7 @@ def markdown_table(entries: list[ZooEntry]) -> str:
         for e in group:
             cells = " | ".join(_metric_cell(e.metrics.get(s)).replace(" / ", "/") for s in sets)
             lines.append(f"| {e.method} | {cells} | {_budget_text(e.budget)} |")
-        bicubic = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{scale}.json"
-        if bicubic.is_file():
-            values = json.loads(bicubic.read_text())
+        if values := reference.bicubic_results(scale):
             lines.append(
                 "| bicubic | "
                 + " | ".join(_metric_cell(values.get(s)).replace(" / ", "/") for s in sets)
@@ -629,7 +670,7 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
     bicubic and each method, and under it a row with the paper's numbers for the same cell. Where a row's
     methods trained for different numbers of iterations, each says its own (``36.10 / 28.20 (60k it)``), so
     that no one reads a longer budget as a better method."""
-    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    paper = reference.paper_results()["rows"]
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
     methods = sorted({e.method for e in entries}, key=lambda m: (order.get(m, len(order)), m))
     lines = [
@@ -640,8 +681,7 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
         group = {e.method: e for e in entries if (e.arch, e.scale, e.ratio) == cell}
         mixed = len({e.budget.get("iterations") for e in group.values()}) > 1
         theirs = {r["method"]: r["metrics"] for r in paper if (r["arch"], r["scale"], r["ratio"]) == cell}
-        bicubic_file = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{cell[1]}.json"
-        bicubic = json.loads(bicubic_file.read_text()) if bicubic_file.is_file() else {}
+        bicubic = reference.bicubic_results(cell[1])
         row = [f"{cell[0]} x{cell[1]} r{cell[2]:g}", _psnrs(bicubic, sets)]
         for m in methods:
             entry = group.get(m)

@@ -16,6 +16,8 @@ import argparse
 import difflib
 import glob
 import os
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -24,7 +26,6 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import nn
-from tqdm import tqdm
 
 from iss import checkpoint, data, infer, zoo
 from iss.sparse import sparsify, speed
@@ -95,9 +96,9 @@ def upscale(
 ) -> Image.Image:
     """Super-resolve one image (a file, a PIL image or an array, in any mode the loader reads) to RGB.
 
-    ``tile`` as in ``iss.infer.upscale`` (default: whole, tiled above ``iss.infer.AUTO_TILE_PIXELS``).
+    ``tile`` as in ``iss.infer.upscale_array`` (default: whole, tiled above ``iss.infer.AUTO_TILE_PIXELS``).
     """
-    return Image.fromarray(infer.upscale(model, _rgb(image), tile=tile))
+    return Image.fromarray(infer.upscale_array(model, _rgb(image), tile=tile))
 
 
 def _rgb(image: str | os.PathLike | Image.Image | np.ndarray) -> np.ndarray:
@@ -116,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model", metavar="MODEL", help="a zoo name (`python -m iss zoo list`) or an ISS-SR .safetensors file"
     )
     parser.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="image files, folders (the images in them) and globs"
+        "inputs", nargs="+", metavar="INPUT",
+        help="image files, folders (their images and subfolders, kept in OUTDIR) and globs",
     )
     parser.add_argument(
         "-o", "--out", type=Path, required=True, metavar="OUTDIR", help="output folder (created if missing)"
@@ -127,6 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--dense", action="store_true", help="dense kernels only (default: sparse if faster)")
     parser.add_argument("--format", choices=FORMATS, default="png", help="output format (default png)")
+    parser.add_argument("--overwrite", action="store_true", help="replace results already in OUTDIR")
     parser.add_argument(
         "--manifest", type=Path, default=None, help=f"zoo manifest (default {zoo.DEFAULT_ZOO})"
     )
@@ -140,60 +143,108 @@ def _tile(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Upscale every input image into ``--out``; a file that cannot be read is one line, and exit status 1."""
+    """Upscale every input image into ``--out``, a line per image (n of N, elapsed, time left); an existing
+    result is skipped unless ``--overwrite``; an unreadable image is one line and exit status 1."""
     images = collect_images(args.inputs)
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"output folder {args.out} is a file")
     model = load(args.model, sparse=False if args.dense else None, manifest=args.manifest)
     targets = output_paths(images, args.out, _label(args.model, model.scale), args.format)
-    args.out.mkdir(parents=True, exist_ok=True)
-    failed = 0
-    with tqdm(targets.items(), unit="img", disable=None) as bar:
-        for source, target in bar:
-            try:
-                result = upscale(model, source, tile=args.tile)
-            except data.ImageError as e:
-                bar.write(f"{source}: skipped: {e.reason}")
-                failed += 1
-                continue
-            _save(result, target, args.format)
-    print(f"wrote {len(targets) - failed} of {len(targets)} images to {args.out}")
+    _make_folder(args.out)
+    failed = skipped = 0
+    start = time.monotonic()
+    for n, (source, target) in enumerate(targets.items(), 1):
+        if target.exists() and not args.overwrite:
+            print(f"[{n}/{len(targets)}] {target}: exists, skipped (--overwrite replaces it)")
+            skipped += 1
+            continue
+        try:
+            result = upscale(model, source, tile=args.tile)
+        except data.ImageError as e:
+            print(f"[{n}/{len(targets)}] {source}: skipped: {e.reason}")
+            failed += 1
+            continue
+        _make_folder(target.parent)
+        _save(result, target, args.format)
+        print(f"[{n}/{len(targets)}] {target}  {_progress(start, n - skipped, len(targets) - n)}", flush=True)
+    kept = f" ({skipped} already there)" if skipped else ""
+    print(f"wrote {len(targets) - failed - skipped} of {len(targets)} images to {args.out}{kept}")
     return 1 if failed else 0
 
 
-def collect_images(inputs: Sequence[str]) -> list[Path]:
-    """The files ``inputs`` name (files, the images directly in folders, glob matches); each once."""
-    found: dict[Path, Path] = {}
+def _progress(start: float, done: int, left: int) -> str:
+    """``elapsed 0:00:12, about 0:00:30 left``: time so far, and the rest at the average pace so far."""
+    elapsed = time.monotonic() - start
+    remaining = elapsed / max(done, 1) * left
+    return f"elapsed {_clock(elapsed)}, about {_clock(remaining)} left"
+
+
+def _clock(seconds: float) -> str:
+    """Seconds as ``H:MM:SS``."""
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _make_folder(folder: Path) -> None:
+    """Create ``folder`` and check that a file can be written in it; ``ValueError`` in one line if not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise ValueError(f"cannot write to output folder {folder}: {e.strerror or e}") from None
+
+
+def collect_images(inputs: Sequence[str]) -> dict[Path, Path]:
+    """The files ``inputs`` name (files, the images in folders and their subfolders, glob matches), each
+    once, with the subfolder (relative to the folder named) its result goes to."""
+    found: dict[Path, tuple[Path, Path]] = {}
     for item in inputs:
-        for path in _expand(item):
-            found.setdefault(path.resolve(), path)
+        for path, subfolder in _expand(item):
+            found.setdefault(path.resolve(), (path, subfolder))
     if not found:
         raise ValueError(f"no images in {', '.join(inputs)} (readable: {', '.join(data.IMAGE_SUFFIXES)})")
-    return list(found.values())
+    return dict(found.values())
 
 
-def _expand(item: str) -> list[Path]:
-    """The files one input names; ``FileNotFoundError`` when it names nothing."""
+def _expand(item: str) -> list[tuple[Path, Path]]:
+    """The files one input names, with their subfolders; ``FileNotFoundError`` when it names nothing."""
     path = Path(item)
     if path.is_dir():
-        return data.list_images(path)
+        return _walk(path)
     if path.is_file():
-        return [path]
+        return [(path, Path())]
     if not any(c in item for c in _GLOB_CHARS):
         raise FileNotFoundError(f"no such file or folder: {item}")
     matches = [Path(m) for m in sorted(glob.glob(item, recursive=True))]
     if not matches:
         raise FileNotFoundError(f"nothing matches {item}")
-    return [f for m in matches for f in (data.list_images(m) if m.is_dir() else [m])]
+    return [f for m in matches for f in (_walk(m) if m.is_dir() else [(m, Path())])]
 
 
-def output_paths(images: Sequence[Path], out: Path, label: str, fmt: str) -> dict[Path, Path]:
-    """Input -> ``out/<stem>_<label>.<fmt>``; ``ValueError`` when a result would land on an input (or on
-    another input's result), so that no input is ever overwritten."""
+def _walk(folder: Path, subfolder: Path = Path(), above: frozenset[tuple[int, int]] = frozenset()) -> list:
+    """The images in ``folder`` and its subfolders (sorted, links followed) as (file, subfolder) pairs;
+    ``ValueError`` for a link back to a folder above it, which would never end."""
+    here = _identity(folder)
+    if here in above:
+        raise ValueError(f"symlink loop: {folder} leads back to a folder above it; remove the link")
+    try:
+        children = sorted(folder.iterdir())
+    except OSError as e:
+        raise ValueError(f"cannot read folder {folder}: {e.strerror or e}") from None
+    found = [(c, subfolder) for c in children if c.is_file() and c.suffix.lower() in data.IMAGE_SUFFIXES]
+    for child in children:
+        if child.is_dir():
+            found += _walk(child, subfolder / child.name, above | {here})
+    return found
+
+
+def output_paths(images: dict[Path, Path], out: Path, label: str, fmt: str) -> dict[Path, Path]:
+    """Input -> ``out/<subfolder>/<stem>_<label>.<fmt>``; ``ValueError`` when a result would land on an input
+    (or on another input's result), so that no input is ever overwritten."""
     inputs = {_identity(p) for p in images}
     sources: dict[Path, Path] = {}  # target -> input
-    for source in images:
-        target = out / f"{source.stem}_{label}.{fmt}"
+    for source, subfolder in images.items():
+        target = out / subfolder / f"{source.stem}_{label}.{fmt}"
         if target.exists() and _identity(target) in inputs:
             raise ValueError(f"refusing to write {target}: it is one of the inputs; choose another -o folder")
         if target in sources:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +12,7 @@ from common import TINY_ARCHS, masked
 from torch import nn
 
 from iss import archs, sparse
-from iss.sparse import SparseConv2d, SparseLinear, decisions, kernels, layer_modes, layers, sparsify, threads
+from iss.sparse import SparseConv2d, SparseLinear, kernels, layer_modes, layers, sparsify, threads
 
 RATIOS = (0.9, 0.95, 0.99)
 
@@ -360,50 +355,9 @@ def test_clear_calls_run_sparse_without_timing(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_close_calls_are_still_timed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Below ``CLEAR_ZEROS`` (or with little work per call) the choice is measured, as before."""
+    """Below ``CLEAR_ZEROS`` (or with little work per call) the choice is measured."""
     calls = _count_timings(monkeypatch)
     fast = sparsify(nn.Sequential(masked(nn.Conv2d(32, 32, 3, padding=1), 0.8)))
     with torch.inference_mode():
         fast(torch.rand(1, 32, 64, 64))
     assert len(calls) == 1
-
-
-TIMED_IN_A_FRESH_PROCESS = """
-import torch
-from torch import nn
-from common import masked
-from iss.sparse import layer_modes, layers, sparsify
-calls = []
-timer = layers._time_pair
-layers._time_pair = lambda *a: calls.append(1) or timer(*a)
-fast = sparsify(nn.Sequential(masked(nn.Conv2d(32, 32, 3, padding=1), 0.8)))
-with torch.inference_mode():
-    fast(torch.rand(1, 32, 64, 64))
-print(len(calls), layer_modes(fast)["0"])
-"""
-
-
-def test_a_fresh_process_reuses_this_machines_timing(tmp_path: Path) -> None:
-    """The first process on a machine times a close call and keeps the timing on disk; a new process decides
-    the same without timing (counted calls of the timing path, not seconds)."""
-    env = {**os.environ, "ISS_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])}
-    runs = [
-        subprocess.run([sys.executable, "-c", TIMED_IN_A_FRESH_PROCESS], env=env, capture_output=True,
-                       text=True, check=True, timeout=300).stdout.split()
-        for _ in range(2)
-    ]  # fmt: skip
-    assert runs[0][0] == "1" and runs[1][0] == "0"
-    assert runs[0][1] == runs[1][1]
-    assert list((tmp_path / "sparse").glob("timings-*.json"))
-
-
-def test_an_unreadable_timings_file_is_timed_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    path = tmp_path / "timings.json"
-    path.write_text("{not json")
-    monkeypatch.setattr(decisions, "timings_file", lambda: path)
-    calls = _count_timings(monkeypatch)
-    fast = sparsify(nn.Sequential(masked(nn.Conv2d(8, 8, 3, padding=1), 0.8)))
-    with torch.inference_mode():
-        fast(torch.rand(1, 8, 16, 16))
-    assert len(calls) == 1
-    assert json.loads(path.read_text())  # rewritten whole, with this timing

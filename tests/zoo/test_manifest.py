@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -18,11 +19,12 @@ import pytest
 import torch
 from common import ROOT, TINY, as_format_1
 from fakehub import FakeHub, cache_put, closed_port_url
-from huggingface_hub import constants, metadata_load
+from huggingface_hub import ModelCard, constants, metadata_load
 
 import iss
 from iss import checkpoint, cli, zoo
 from iss.pruning.base import n_unimportant
+from iss.zoo import manifest as manifest_module
 
 pytestmark = pytest.mark.usefixtures("isolated_hub")
 
@@ -127,8 +129,9 @@ def test_load_zoo_file_level_errors(tmp_path: Path) -> None:
         zoo.load_zoo(manifest)
 
 
-def test_default_manifest_is_next_to_the_package() -> None:
-    assert Path(zoo.__file__).resolve().parents[2] / "checkpoints" / "zoo.json" == zoo.DEFAULT_ZOO
+def test_default_manifest_is_the_working_directorys_bundled_zoo() -> None:
+    assert Path("checkpoints", "zoo.json") == zoo.DEFAULT_ZOO
+    assert zoo.DEFAULT_ZOO.is_file()  # the tests run at the repository root
 
 
 # -------------------------------------------------------------------------------------------- (a) fake cache
@@ -143,14 +146,40 @@ def test_resolve_offline_from_a_hand_built_cache(tmp_path: Path, isolated_hub: P
     assert found.source == "hub" and found.path == pointer and found.path.read_bytes() == data
 
 
-def test_offline_without_cache_falls_back_to_bundled_with_a_warning(
+def test_offline_without_cache_falls_back_to_bundled_without_a_word(
     tmp_path: Path, offline: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    entry = zoo.load_zoo(make_zoo(tmp_path, {"a": b"bundled weights"}))[0]
+    entries = zoo.load_zoo(make_zoo(tmp_path, {"a": b"bundled weights", "b": b"more"}))
     with caplog.at_level(logging.WARNING, logger="iss.zoo"):
-        found = zoo.locate(entry)
+        found = zoo.locate(entries[0])
+        zoo.locate_all(entries)
     assert found.source == "bundled" and found.path == tmp_path / "a.safetensors"
-    assert "using the bundled copy" in caplog.text and "offline" in caplog.text
+    assert "offline" in found.detail
+    assert not caplog.records  # HF_HUB_OFFLINE=1: the bundled copies are what the user asked for
+
+
+@pytest.fixture
+def first_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if no model had been loaded yet in this process (the unreachable-Hub line not yet logged)."""
+    monkeypatch.setattr(manifest_module, "_UNREACHABLE_SAID", threading.Event())
+
+
+@pytest.mark.parametrize("endpoint", ["stopped fake hub", "closed port"])
+def test_an_unreachable_hub_is_said_once_per_process(
+    endpoint: str, tmp_path: Path, first_in_process: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    if endpoint == "stopped fake hub":
+        with FakeHub() as hub:
+            url = hub.url
+    else:
+        url = closed_port_url()
+    entries = zoo.load_zoo(make_zoo(tmp_path, {"a": b"weights a", "b": b"weights b"}))
+    with caplog.at_level(logging.WARNING, logger="iss.zoo"):
+        found = [zoo.locate(e, endpoint=url, timeout=2) for e in [*entries, *entries]]
+    assert [f.source for f in found] == ["bundled"] * 4
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("the Hugging Face Hub is unreachable (ConnectError")
+    assert "using the bundled checkpoints" in lines[0] and "HF_HUB_OFFLINE=1" in lines[0]
 
 
 def test_corrupt_cached_file_is_moved_aside_and_the_bundled_copy_used(
@@ -250,7 +279,9 @@ def test_404_falls_back_to_bundled_with_a_warning(
     assert "HTTP 404" in caplog.text and "using the bundled copy" in caplog.text
 
 
-def test_timeout_falls_back_to_bundled_quickly(tmp_path: Path, fakehub: FakeHub, caplog) -> None:
+def test_timeout_falls_back_to_bundled_quickly(
+    tmp_path: Path, fakehub: FakeHub, first_in_process: None, caplog: pytest.LogCaptureFixture
+) -> None:
     fakehub.add_file(REPO, "a.safetensors", b"slow weights")
     fakehub.delay = 5.0
     entry = zoo.load_zoo(make_zoo(tmp_path, {"a": b"slow weights"}))[0]
@@ -259,9 +290,10 @@ def test_timeout_falls_back_to_bundled_quickly(tmp_path: Path, fakehub: FakeHub,
         found = zoo.locate(entry, endpoint=fakehub.url, timeout=0.3)
     assert time.perf_counter() - start < 2.0  # one bounded request, no 60 s retry
     assert found.source == "bundled" and "timed out" in found.detail and "timed out" in caplog.text
+    assert "unreachable" in caplog.text  # a Hub that does not answer in time is unreachable too
 
 
-def test_connection_refused_falls_back_to_bundled(tmp_path: Path) -> None:
+def test_connection_refused_falls_back_to_bundled(tmp_path: Path, first_in_process: None) -> None:
     entry = zoo.load_zoo(make_zoo(tmp_path, {"a": b"weights"}))[0]
     found = zoo.locate(entry, endpoint=closed_port_url(), timeout=1)
     assert found.source == "bundled" and "ConnectError" in found.detail
@@ -346,6 +378,20 @@ def test_model_card_content(tmp_path: Path) -> None:
     assert "Wang, Jiamian" in card
     bundled = zoo.model_card(zoo.load_zoo(), REPO)  # EDSR-L x4 ISS-P trained beside IHT, then alone
     assert "setups" not in bundled and "(1 threads) beside 1 other cell to 1,741, then cpu" in bundled
+
+
+def test_model_card_model_index_parses_back_with_every_cell(tmp_path: Path) -> None:
+    entries = zoo.load_zoo(
+        make_zoo(tmp_path, {"swinir-light_x4_iss-p_r0.95": b"w1", "swinir-light_x4_iht_r0.95": b"w2"})
+    )
+    card = ModelCard(zoo.model_card(entries, REPO))
+    assert card.data.library_name == "iss-sr" and card.data.model_name == REPO
+    assert "iss-p" in card.data.tags and card.data.pipeline_tag == "image-to-image"
+    results = {(r.metric_name, r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert len(results) == 2 * 2 * 2  # 2 checkpoints x (Set5, Urban100) x (PSNR, SSIM)
+    assert results["PSNR (Y) swinir-light_x4_iss-p_r0.95", "Set5 x4", "psnr"] == 30.12
+    assert results["SSIM (Y) swinir-light_x4_iht_r0.95", "Urban100 x4", "ssim"] == 0.71
+    assert {r.dataset_type for r in card.data.eval_results} == {"set5", "urban100"}
 
 
 def test_zoo_push_dry_run_writes_card_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

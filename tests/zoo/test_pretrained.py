@@ -4,6 +4,8 @@ command (files, folders, globs, bad files, the never-overwrite rule, exit codes)
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -66,7 +68,7 @@ def test_load_by_zoo_name_uses_the_verified_bundled_copy_offline(
     tiny_zoo: str, tiny_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = iss.load("tiny_x2_iht_r0.5", sparse=False, manifest=tiny_zoo)
-    assert "using the bundled copy" in caplog.text  # the Hub is offline: iss.zoo fell back
+    assert "no Hub location; using the bundled copy" in caplog.text  # the tiny zoo names no Hub repo
     reference, meta = iss.checkpoint.load(tiny_file)
     assert not model.training and model.scale == meta["scale"] == 2
     x = torch.rand(1, 3, 12, 16)
@@ -115,7 +117,7 @@ def test_load_errors_say_what_is_wrong(tiny_zoo: str, tmp_path: Path) -> None:
 
 def test_upscale_takes_a_path_a_pil_image_or_an_array(tiny: torch.nn.Module, tmp_path: Path) -> None:
     rgb = _noise(10, 14)
-    expected = iss.infer.upscale(tiny, rgb)
+    expected = iss.infer.upscale_array(tiny, rgb)
     path = _save(tmp_path / "a.png", rgb)
     for image in (path, str(path), Image.fromarray(rgb), rgb):
         out = iss.upscale(tiny, image)
@@ -126,12 +128,13 @@ def test_upscale_takes_a_path_a_pil_image_or_an_array(tiny: torch.nn.Module, tmp
 def test_upscale_reads_grayscale_and_rgba_as_the_app_does(tiny: torch.nn.Module) -> None:
     gray = _noise(9, 11, channels=1)
     np.testing.assert_array_equal(
-        np.asarray(iss.upscale(tiny, Image.fromarray(gray))), iss.infer.upscale(tiny, np.dstack([gray] * 3))
+        np.asarray(iss.upscale(tiny, Image.fromarray(gray))),
+        iss.infer.upscale_array(tiny, np.dstack([gray] * 3)),
     )
     rgba = np.dstack([_noise(9, 11), np.zeros((9, 11), np.uint8)])  # fully transparent: white
     white = np.full((9, 11, 3), 255, np.uint8)
     np.testing.assert_array_equal(
-        np.asarray(iss.upscale(tiny, Image.fromarray(rgba, "RGBA"))), iss.infer.upscale(tiny, white)
+        np.asarray(iss.upscale(tiny, Image.fromarray(rgba, "RGBA"))), iss.infer.upscale_array(tiny, white)
     )
 
 
@@ -160,15 +163,18 @@ def test_a_folder_with_a_bad_file_goes_on_and_exits_1(
     (photos / "notes.txt").write_text("not an image, and not named like one: left alone")
     code, out, err = _upscale(capsys, tiny_file, photos, "-o", tmp_path / "out", "--dense")
     assert code == 1 and err == ""
-    assert out.splitlines() == [  # one line for the bad file, then the summary (the bar is off without a tty)
-        f"{photos / 'broken.png'}: skipped: not an image (readable formats: {', '.join(data.FORMATS)})",
-        f"wrote 3 of 4 images to {tmp_path / 'out'}",
-    ]
+    lines = out.splitlines()  # a line per image in name order (alpha, broken, colour, gray), then the summary
+    assert lines[1] == (
+        f"[2/4] {photos / 'broken.png'}: skipped: not an image (readable formats: {', '.join(data.FORMATS)})"
+    )
+    assert re.fullmatch(rf"\[4/4\] {re.escape(str(tmp_path / 'out' / 'gray_tiny_x2_iht.png'))}  "
+                        r"elapsed \d:\d\d:\d\d, about 0:00:00 left", lines[3])  # fmt: skip
+    assert lines[4] == f"wrote 3 of 4 images to {tmp_path / 'out'}" and len(lines) == 5
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written == ["alpha_tiny_x2_iht.png", "colour_tiny_x2_iht.png", "gray_tiny_x2_iht.png"]
     for name, array in arrays.items():
         result = iss.data.read_image(tmp_path / "out" / f"{name}_tiny_x2_iht.png")
-        np.testing.assert_array_equal(result, iss.infer.upscale(tiny, iss.data.to_rgb_uint8(array)))
+        np.testing.assert_array_equal(result, iss.infer.upscale_array(tiny, iss.data.to_rgb_uint8(array)))
     assert Image.open(tmp_path / "out" / "alpha_tiny_x2_iht.png").mode == "RGB"
 
 
@@ -186,7 +192,9 @@ def test_globs_files_and_zoo_names_each_image_once_in_webp(
         "b_tiny_x2_iht_r0.5.webp",
     ]  # the zoo name already says x2; webp is lossless
     webp = Image.open(tmp_path / "out" / "a_tiny_x2_iht_r0.5.webp")
-    np.testing.assert_array_equal(np.asarray(webp.convert("RGB")), iss.infer.upscale(tiny, _noise(8, 8)))
+    np.testing.assert_array_equal(
+        np.asarray(webp.convert("RGB")), iss.infer.upscale_array(tiny, _noise(8, 8))
+    )
 
 
 def test_tiles_and_a_name_that_does_not_say_the_scale(
@@ -199,7 +207,7 @@ def test_tiles_and_a_name_that_does_not_say_the_scale(
     code, _, _ = _upscale(capsys, plain, tmp_path / "in", "-o", tmp_path / "out", "--tile", "36", "--dense")
     assert code == 0
     result = iss.data.read_image(tmp_path / "out" / "p_mine_x2.png")
-    np.testing.assert_array_equal(result, iss.infer.upscale(tiny, image, tile=36))
+    np.testing.assert_array_equal(result, iss.infer.upscale_array(tiny, image, tile=36))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["upscale", str(plain), str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--tile", "32"])
     assert exit_info.value.code == 2 and "must be a whole number above 32" in capsys.readouterr().err
@@ -243,3 +251,46 @@ def test_usage_mistakes_exit_2_with_one_line(
         code, stdout, err = _upscale(capsys, *args)
         assert code == 2 and message in err and err.count("\n") == 1 and stdout == "", (args, err)
     assert not (tmp_path / "out").exists()  # nothing is written before the inputs are known good
+
+
+def test_a_folder_tree_keeps_its_subfolders_and_existing_results_are_skipped(
+    tiny_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    photos, out = tmp_path / "photos", tmp_path / "out"
+    _save(photos / "a.png", _noise(8, 8))
+    _save(photos / "trip" / "day1" / "b.png", _noise(8, 10, seed=1))
+    code, stdout, _ = _upscale(capsys, tiny_file, photos, "-o", out, "--dense")
+    assert code == 0 and stdout.splitlines()[0].startswith(f"[1/2] {out / 'a_tiny_x2_iht.png'}  elapsed ")
+    assert (out / "a_tiny_x2_iht.png").is_file() and (out / "trip" / "day1" / "b_tiny_x2_iht.png").is_file()
+
+    (out / "a_tiny_x2_iht.png").write_bytes(b"kept")  # a result already there is never overwritten silently
+    code, stdout, _ = _upscale(capsys, tiny_file, photos, "-o", out, "--dense")
+    assert code == 0 and (out / "a_tiny_x2_iht.png").read_bytes() == b"kept"
+    skipped = f"[1/2] {out / 'a_tiny_x2_iht.png'}: exists, skipped (--overwrite replaces it)"
+    assert stdout.splitlines()[0] == skipped
+    assert stdout.splitlines()[-1] == f"wrote 0 of 2 images to {out} (2 already there)"
+    assert _upscale(capsys, tiny_file, photos, "-o", out, "--dense", "--overwrite")[0] == 0
+    assert Image.open(out / "a_tiny_x2_iht.png").size == (16, 16)
+
+
+def test_an_unwritable_output_folder_or_a_symlink_loop_is_one_line(
+    tiny_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    photos = tmp_path / "photos"
+    _save(photos / "a.png", _noise(8, 8))
+    (tmp_path / "file").write_text("")
+    code, stdout, err = _upscale(capsys, tiny_file, photos, "-o", tmp_path / "file" / "out")
+    assert code == 2 and stdout == "" and err.count("\n") == 1
+    folder = tmp_path / "file" / "out"
+    assert err.startswith(f"error: cannot write to output folder {folder}: Not a directory")
+    if os.geteuid() != 0:  # root writes through permissions
+        (tmp_path / "locked").mkdir(mode=0o555)
+        code, _, err = _upscale(capsys, tiny_file, photos, "-o", tmp_path / "locked")
+        assert code == 2 and "Permission denied" in err and err.count("\n") == 1
+
+    (photos / "sub").mkdir()
+    (photos / "sub" / "back").symlink_to(photos, target_is_directory=True)
+    code, stdout, err = _upscale(capsys, tiny_file, photos, "-o", tmp_path / "out")
+    assert code == 2 and stdout == "" and err.count("\n") == 1
+    loop = photos / "sub" / "back"
+    assert err == f"error: symlink loop: {loop} leads back to a folder above it; remove the link\n"
