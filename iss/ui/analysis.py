@@ -48,7 +48,8 @@ RECORDINGS_DIR = ASSETS / "recordings"
 
 # Live analysis defaults from random init; the app starts from the latest recorded state instead when one is
 # bundled (``default_start``), which sets backbone, scale, ratio, alpha and K_p. 300 iterations: about two
-# minutes on 2 cores at the 0.31-0.44 s per iteration docs/app.md measured (#latency).
+# minutes on 2 cores at the 0.31-0.44 s per iteration docs/app.md measured (#latency); the flips counted
+# there are in docs/app.md's Analysis section.
 LIVE_DEFAULTS = dict(
     arch="swinir-light", scale=2, ratio=0.95, alpha=0.95, iterations=300, prune_iters=80, patch=16, batch=4
 )
