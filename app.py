@@ -30,7 +30,7 @@ import torch
 import iss
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
-from iss.ui import admission, analysis, compare, cost, gpu, sparsity
+from iss.ui import admission, analysis, compare, cost, figures, gpu, sparsity
 
 TITLE = "ISS-SR: sparse super-resolution with Iterative Soft Shrinkage"
 INTRO = (
@@ -349,10 +349,8 @@ def _crops_folder() -> str:
 def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> None:
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
     archs = compare.backbones(zoo_path)
-    arch0 = compare.default_backbone(zoo_path)
-    scale0 = compare.default_scale(arch0, zoo_path)
+    arch0, scale0, ratio0 = compare.default_cell(zoo_path)
     ratio_choices = compare.ratios(arch0, scale0, zoo_path)
-    ratio0 = compare.default_ratio(arch0, scale0, zoo_path)
     methods0 = compare.method_choices(arch0, scale0, ratio0, zoo_path)
     examples = compare.example_images(data_dir, _crops_folder() if data_dir else None)
     with gr.Row():
@@ -594,11 +592,14 @@ def _start_settings(start: str) -> tuple:
     )
 
 
-def _recorded(name: str | None, layers: list[str] | None) -> tuple:
+def _recorded(name: str | None, layers: list[str] | None, zoo_path: str | None = None) -> tuple:
     """``/recorded``: the three analysis figures of a bundled recording, whole."""
     if not name:
         return gr.update(), gr.update(), gr.update(), "No recorded run bundled."
-    return analysis.recorded_figures(name, layers)
+    try:
+        return analysis.recorded_figures(name, layers, zoo_path)
+    except KeyError as e:
+        raise _error(e) from None
 
 
 def _recorded_layers(name: str | None) -> Any:
@@ -609,17 +610,47 @@ def _recorded_layers(name: str | None) -> Any:
     return gr.update(choices=layers, value=analysis.default_layers(layers))
 
 
-def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
-    """Live ISS-P vs IHT run with streamed plots, and the bundled recorded runs shown whole."""
+def _caption(key: str) -> gr.Markdown:
+    """The one line under a plot saying what it shows and what to look for."""
+    return gr.Markdown(figures.CAPTIONS[key], elem_classes="plot-caption")
+
+
+def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> None:
+    """The bundled recorded runs shown whole (open on the app's default cell's, drawn before any click), then
+    a live ISS-P vs IHT run with streamed plots."""
     d = {**analysis.LIVE_DEFAULTS, "start": analysis.default_start()}
     d.update(analysis.start_settings(d["start"]) or {})
     locked = d["start"] != analysis.RANDOM_INIT
     layers0 = analysis.prunable_layers(d["arch"], d["scale"])
+    rec0 = analysis.default_recording(zoo_path)
+    rec_layers0 = analysis.recording_layers(rec0) if rec0 else []
+    shown = analysis.recorded_figures(rec0, None, zoo_path) if rec0 else (None, None, None, "")
+    note = analysis.opening_note(zoo_path)
+    with gr.Accordion("Recorded runs (whole): ISS-P vs IHT through a zoo training", open=True):
+        with gr.Row():
+            rec = gr.Dropdown(analysis.recording_choices(zoo_path), value=rec0, label="Recording", scale=3)
+            rec_layers = Names(
+                rec_layers0,
+                value=analysis.default_layers(rec_layers0),
+                multiselect=True,
+                allow_custom_value=True,
+                label="Layers to plot",
+                scale=3,
+            )
+            show = gr.Button("Show", scale=1)
+        rec_status = gr.Markdown("\n\n".join(t for t in (note, shown[3]) if t), label="Recording")
+        rec_flips = gr.Plot(shown[0], label="Recorded mask dynamics", elem_id="recorded-mask")
+        _caption("mask")
+        rec_grads = gr.Plot(shown[1], label="Recorded gradients", elem_id="recorded-gradients")
+        _caption("gradients")
+        rec_training = gr.Plot(shown[2], label="Recorded training", elem_id="recorded-training")
+        _caption("training")
     gr.Markdown(
+        "### Live: ISS-P vs IHT on this machine\n"
         "ISS-P and IHT start from the **same weights** and see the **same batches**. From random init both "
         "masks barely move for the first ~1,500 iterations; the contrast of the paper's Fig. 3 lives in the "
         "long pruning stage, so a live run starts by default from a recorded mid-pruning state (random init "
-        "is in *Start from*). *Recorded runs* below shows a long run whole."
+        "is in *Start from*)."
     )
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
@@ -649,7 +680,7 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
                 batch = Bounded(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
             layers = Names(
                 layers0,
-                value=analysis.default_layers(layers0),
+                value=analysis.busiest_layers(d["start"]) or analysis.default_layers(layers0),
                 multiselect=True,
                 allow_custom_value=True,
                 label="Layers to plot",
@@ -660,26 +691,12 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
                 stop = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
             status = gr.Markdown("Press **Train** to start.", label="Status")
-            flips = gr.Plot(label="Mask dynamics")
-            grads = gr.Plot(label="Gradients")
-            training = gr.Plot(label="Training")
-    recordings = analysis.recording_names()
-    rec_layers0 = analysis.recording_layers(recordings[0]) if recordings else []
-    with gr.Accordion("Recorded runs (whole)", open=False) as recorded:
-        with gr.Row():
-            rec = gr.Dropdown(recordings, value=recordings[0] if recordings else None, label="Recording")
-            rec_layers = Names(
-                rec_layers0,
-                value=analysis.default_layers(rec_layers0),
-                multiselect=True,
-                allow_custom_value=True,
-                label="Layers to plot",
-            )
-            show = gr.Button("Show")
-        rec_status = gr.Markdown(label="Recording")
-        rec_flips = gr.Plot(label="Recorded mask dynamics")
-        rec_grads = gr.Plot(label="Recorded gradients")
-        rec_training = gr.Plot(label="Recorded training")
+            flips = gr.Plot(label="Mask dynamics", elem_id="live-mask")
+            _caption("mask")
+            grads = gr.Plot(label="Gradients", elem_id="live-gradients")
+            _caption("gradients")
+            training = gr.Plot(label="Training", elem_id="live-training")
+            _caption("training")
     flag = gr.State(None)
     fixed = [backbone, scale, ratio, alpha, prune_iters, batch, patch]
     start.change(_start_settings, [start], fixed, api_visibility="private")
@@ -725,8 +742,9 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
     stop.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     rec.change(_recorded_layers, [rec], [rec_layers], api_visibility="private")
     rec_outputs = [rec_flips, rec_grads, rec_training, rec_status]
-    show.click(_recorded, [rec, rec_layers], rec_outputs, api_name="recorded")
-    recorded.expand(_recorded, [rec, rec_layers], rec_outputs, api_visibility="private")
+    recorded = functools.partial(_recorded, zoo_path=zoo_path)
+    show.click(recorded, [rec, rec_layers], rec_outputs, api_name="recorded")
+    rec.input(recorded, [rec, gr.State(None)], rec_outputs, api_visibility="private")
 
 
 # --------------------------------------------------------------------------------------------------- sparsity
@@ -754,10 +772,12 @@ def sparsity_tab(tab: gr.Tab, zoo_path: str | None) -> None:
     if not names:
         gr.Markdown("No checkpoint zoo found (`checkpoints/zoo.json`): nothing to inspect yet.")
     with gr.Row():
-        ckpt = gr.Dropdown(names, value=names[0] if names else None, label="Checkpoint")
+        ckpt = gr.Dropdown(names, value=sparsity.default_checkpoint(zoo_path), label="Checkpoint")
         layer = Names([], value="", label="Also show the histogram of layer", allow_custom_value=True)
     structure = gr.Plot(label="Where the kept weights sit", elem_id="sparsity-structure")
+    _caption("structure")
     hist = gr.Plot(label="Weight magnitudes")
+    _caption("histogram")
     gr.Markdown(
         "**Zoo vs paper** (same backbone, scale, ratio and method; zoo budgets are far below the paper's; "
         "bicubic is our measurement, the baseline every method must beat)"
@@ -792,7 +812,7 @@ def build_demo(data_dir: str | None = None, zoo_path: str | None = None) -> gr.B
             with gr.Tab("Compare", id="compare"):
                 compare_tab(demo, data_dir, zoo_path)
             with gr.Tab("Analysis", id="analysis"):
-                analysis_tab(demo, data_dir)
+                analysis_tab(demo, data_dir, zoo_path)
             with gr.Tab("Sparsity", id="sparsity") as tab:
                 sparsity_tab(tab, zoo_path)
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)

@@ -437,12 +437,14 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
             assert page.evaluate(CELLS_WHOLE), "a table cell wraps or is truncated"
             assert page.get_by_text(compare.ZOOM_NOTE).is_visible()  # region PSNR vs whole-image PSNR
             page.get_by_role("tab", name="Analysis").click()
+            page.wait_for_selector("#recorded-mask .js-plotly-plot .scatterlayer .trace", timeout=60_000)
+            assert page.get_by_text("ISS-P moved further").first.is_visible()  # drawn before any click
             page.get_by_text("Expected on this CPU").first.wait_for(timeout=60_000)
             page.get_by_role("button", name="Train ISS-P vs IHT").click()
-            page.wait_for_selector(".js-plotly-plot .scatterlayer .trace", timeout=180_000)
+            page.wait_for_selector("#live-mask .js-plotly-plot .scatterlayer .trace", timeout=180_000)
             page.get_by_role("button", name="Stop").click(force=True)  # plots redraw each second
             page.get_by_text("Stopped at iteration").first.wait_for(timeout=120_000)
-            assert page.locator(".js-plotly-plot").count() == 3  # the live plots stay
+            assert page.locator("[id^=live-] .js-plotly-plot").count() == 3  # the live plots stay
             assert page.get_by_text("Error", exact=True).count() == 0
             page.get_by_role("tab", name="Sparsity").click()  # no button to press
             page.wait_for_selector("#sparsity-structure .js-plotly-plot .heatmaplayer", timeout=60_000)

@@ -10,6 +10,12 @@ which windows or tiles they take, never how a sum is split.
 So the first measurement of each signature (shape, density, dtype, thread count) is stored, as the dense
 over sparse time ratio, in ``$ISS_CACHE_DIR/sparse/decisions-<machine>.json``, keyed by the CPU, the torch
 build and the kernels' sources, and every later process decides from it. Delete the file to measure again.
+
+A clear call is not timed at all (:func:`clear`): with the compiled C kernels on float32, a layer (or a fused
+block whose Linears all are) at least ``CLEAR_ZEROS`` zero with ``CLEAR_WORK`` dense multiply-adds or more
+per call runs sparse. Timed, every such layer chose sparse: all 38 decisions of SwinIR-light x4 ISS-P r0.95
+on a 384x303 photo (2-core AMD EPYC), and every layer in docs/sparse-inference.md's runs; timing them cost a
+new process most of its first upscale on a machine that had not stored them yet.
 """
 
 from __future__ import annotations
@@ -27,7 +33,17 @@ from iss.data import cache_dir
 
 from . import kernels
 
-__all__ = ["recall", "remember", "store"]
+__all__ = ["CLEAR_WORK", "CLEAR_ZEROS", "clear", "recall", "remember", "store"]
+
+CLEAR_ZEROS = 0.94  # the zoo's ratios 0.95 and 0.99 are clear; 0.9 is timed (once per machine)
+CLEAR_WORK = 1e7  # dense multiply-adds per call: below this a timing costs little and dense may win
+
+
+def clear(zeros: float, work: float, x: torch.Tensor, min_speedup: float) -> bool:
+    """Whether a layer with this zero fraction and ``work`` dense multiply-adds on ``x`` runs sparse
+    without timing (``min_speedup`` above 1 asks for a measured margin, so it is always timed)."""
+    native = x.dtype == torch.float32 and kernels.load() is not None
+    return native and min_speedup <= 1.0 and zeros >= CLEAR_ZEROS and work >= CLEAR_WORK
 
 
 def store() -> Path:

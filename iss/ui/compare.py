@@ -125,6 +125,14 @@ def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
     return iss.data.reference.bicubic_results(scale)
 
 
+def default_cell(zoo_path: str | None = None) -> tuple[str, int, float | None]:
+    """The backbone, scale and ratio the app opens on (Compare's first screen; the Analysis and Sparsity
+    tabs follow it): SwinIR-light when the zoo has it, at its ``default_scale`` and ``default_ratio``."""
+    arch = default_backbone(zoo_path)
+    scale = default_scale(arch, zoo_path)
+    return arch, scale, default_ratio(arch, scale, zoo_path)
+
+
 def default_scale(arch: str, zoo_path: str | None = None) -> int:
     """The scale the Compare tab opens at: that of ``arch``'s strongest cell (``_strength``; x4 without
     checkpoints)."""

@@ -22,7 +22,7 @@ import iss.data.reference
 from iss.zoo import METHOD_ORDER
 
 from . import figures
-from .compare import BICUBIC, bicubic_results, load_model, short_reason, zoo
+from .compare import BICUBIC, bicubic_results, default_cell, load_model, short_reason, zoo
 
 ZOO_VS_PAPER_HEADERS = [
     "cell", "method", "iterations",
@@ -184,6 +184,17 @@ def sorted_entries(zoo_path: str | None = None) -> list[Any]:
     """The zoo's entries by backbone, scale, ratio, then method (``METHOD_ORDER``)."""
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
     return sorted(zoo(zoo_path), key=lambda e: (*_cell(e), order.get(e.method, len(order)), e.method))
+
+
+def default_checkpoint(zoo_path: str | None = None) -> str | None:
+    """The checkpoint the tab opens on: ISS-P of the app's default cell (``compare.default_cell``), else that
+    cell's first entry in ``sorted_entries`` order, else the first entry (None for an empty zoo)."""
+    arch, scale, ratio = default_cell(zoo_path)
+    entries = sorted_entries(zoo_path)
+    cell = [e for e in entries if _cell(e) == (arch, scale, round(float(ratio or 0), 6))]
+    chosen = next((e for e in cell if e.method == "iss-p"), cell[0] if cell else None)
+    chosen = chosen or (entries[0] if entries else None)
+    return chosen.name if chosen else None
 
 
 def _cell(item: Any) -> tuple[str, int, float]:
