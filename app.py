@@ -10,10 +10,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import logging
 import math
 import os
+import shutil
 import signal
+import sys
+import tempfile
 import threading
+import traceback
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +28,9 @@ import gradio as gr
 import torch
 
 import iss
-import iss.sparse.speed
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
-from iss.ui import analysis, compare, cost, gpu, sparsity
+from iss.ui import admission, analysis, compare, cost, figures, gpu, sparsity
 
 TITLE = "ISS-SR: sparse super-resolution with Iterative Soft Shrinkage"
 INTRO = (
@@ -35,15 +39,25 @@ INTRO = (
     "a checkpoint keeps its weights."
 )
 RECENT = compare.RecentComparisons(size=8)  # what slider and zoom reuse: memory bounded whatever the visitors
+FIRST_KEY = "first"  # RECENT's key of the comparison every page opens on
 EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
-QUEUE_SIZE = 8  # waiting requests per event before new ones are refused: a CPU Space cannot serve more
+QUEUE_SIZE = 8  # waiting requests, all events together, before new ones are refused ("Queue is full")
+LIVE = admission.LiveRuns(slots=1)  # live runs never wait in the queue: one at a time, one per visitor
+FOLDERS: set[Path] = set()  # the result folders this process made in Gradio's cache
+UNHEARD = 4  # a live run stops once this many of its updates (about one a second) wait unread
+LOG = logging.getLogger("iss.app")
 LIMITS = {"max_file_size": f"{compare.MAX_UPLOAD_MB}mb"}  # launch() settings bounding what a request sends
+
+
+def _refuse(message: str) -> gr.Error:
+    """A client's mistake: one line to the client, one line in the server log, no traceback."""
+    LOG.warning("refused: %s", message)
+    return gr.Error(message, print_exception=False)
 
 
 def _error(e: Exception) -> gr.Error:
     """A user mistake shown in the UI (and to API clients) as one line, without a server-side traceback."""
-    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    return gr.Error(message, print_exception=False)
+    return _refuse(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
 
 
 # ------------------------------------------------------------------------ components with honest API types
@@ -60,6 +74,9 @@ class IntRadio(gr.Radio):
     def preprocess(self, payload: Any) -> Any:
         if isinstance(payload, str) and payload.strip().lstrip("-").isdigit():
             payload = int(payload)
+        allowed = [value for _, value in self.choices]
+        if isinstance(payload, bool) or not isinstance(payload, int | float) or payload not in allowed:
+            raise _refuse(f"{self.label} must be one of {', '.join(map(str, allowed))}, got {payload!r:.40}")
         return super().preprocess(payload)
 
 
@@ -75,7 +92,7 @@ class NumberDropdown(gr.Dropdown):
         try:
             return None if payload in (None, "") else float(payload)
         except (TypeError, ValueError):
-            raise gr.Error(f"{self.label} must be a number, got {payload!r}") from None
+            raise _refuse(f"{self.label} must be a number, got {payload!r:.40}") from None
 
 
 class Names(gr.Dropdown):
@@ -100,12 +117,34 @@ class WholeNumber(gr.Number):
             with contextlib.suppress(ValueError):
                 value = float(value.strip())
         if value is not None and (isinstance(value, bool | str) or not isinstance(value, int | float)):
-            raise gr.Error(f"{self.label} must be a whole number, got {payload!r:.40}")
+            raise _refuse(f"{self.label} must be a whole number, got {payload!r:.40}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise gr.Error(f"{self.label} must be a finite whole number, got {payload}")
+            raise _refuse(f"{self.label} must be a finite whole number, got {payload}")
         if isinstance(value, float) and not value.is_integer():
-            raise gr.Error(f"{self.label} must be a whole number, got {payload}")
+            raise _refuse(f"{self.label} must be a whole number, got {payload}")
         return super().preprocess(value)
+
+
+class Bounded(gr.Slider):
+    """A slider whose API value must be a number in its range (a whole one where its steps are whole): any
+    other value (text, NaN, null, a list, a bool) is refused in one line naming the field and the range
+    (Gradio's own check answers most with ``{"error": null}`` and a traceback)."""
+
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        whole = float(self.step).is_integer() and float(self.minimum).is_integer()
+        value = payload
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value.strip())
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or not self.minimum <= value <= self.maximum or (whole and value != int(value)):
+            kind = "a whole number" if whole else "a number"
+            raise _refuse(
+                f"{self.label} must be {kind} from {self.minimum:g} to {self.maximum:g}, got {payload!r:.40}"
+            )
+        return int(value) if whole else float(value)
 
 
 # ---------------------------------------------------------------------------------------------------- compare
@@ -140,12 +179,14 @@ def _run_compare(
     methods: Any,
     mode: Any,
     sparse: Any,
+    stop: threading.Event | None = None,
+    progress: gr.Progress = gr.Progress(),  # noqa: B008  (Gradio's way to ask for a progress bar)
     *,
     zoo_path: str | None,
     cache: str,
 ) -> Iterator[tuple]:
     """``/upscale``: bicubic and the chosen methods' zoo checkpoints for backbone, scale and ratio, streamed
-    method by method.
+    method by method, with a progress bar (tiles done, time left); Stop ends it after the current tile.
 
     Wired with ``preprocess=False``: the values arrive as sent, the image as Gradio's record of the uploaded
     file (undecoded), so that ``compare`` decodes it within its pixel budget and every mistake in a request
@@ -155,8 +196,9 @@ def _run_compare(
         path, out_dir = _upload_path(image, cache), str(_download_folder(cache))
         key = uuid.uuid4().hex
         for comp in gpu_compare(
-            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir
-        ):
+            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir,
+            progress=lambda fraction, text: progress(fraction, desc=text), stop=stop,
+        ):  # fmt: skip
             left, right = compare.default_pair(comp)
             yield _compare_outputs(comp, key, left, right, compare.zoom_box(comp, None, None))
     except (ValueError, KeyError, FileNotFoundError) as e:
@@ -166,8 +208,8 @@ def _run_compare(
 
 
 NOT_UPLOADED = (
-    "the image must be a file uploaded to this app (gradio_client.handle_file(path) or the upload route), "
-    "not a server path or a URL"
+    "This image is no longer on the server (or was never uploaded to it): pick the example again or upload "
+    "the file. API clients send it with gradio_client.handle_file(path), not as a server path or a URL."
 )
 
 
@@ -197,7 +239,10 @@ def _download_folder(cache: str) -> Path:
     for emptied in Path(cache).glob("iss-sr-*"):
         with contextlib.suppress(OSError):
             emptied.rmdir()
-    return Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
+            FOLDERS.discard(emptied)
+    folder = Path(cache) / f"iss-sr-{uuid.uuid4().hex}"
+    FOLDERS.add(folder)  # for shutdown: a comparison in flight has not handed its PNGs to Gradio yet
+    return folder
 
 
 @gpu(duration=60)
@@ -261,6 +306,19 @@ def _zoom(key: Any, evt: gr.SelectData) -> tuple:
     return compare.overview(comp, box), _tiles(comp, box)
 
 
+def _first(arch: str, zoo_path: str | None) -> tuple:
+    """The finished comparison the Compare tab opens on, and its example in the image box (computed once per
+    process: ``main`` computes it before serving, so no visitor waits)."""
+    try:
+        comp = compare.first_comparison(arch, zoo_path)
+    except (ValueError, KeyError, FileNotFoundError, OSError):  # the tab still works: nothing pre-filled
+        return (gr.update(),) * 10
+    left, right = compare.default_pair(comp)
+    box = compare.zoom_box(comp, None, None)
+    example = str(compare.EXAMPLES_DIR / compare.FIRST_EXAMPLE)
+    return (*_compare_outputs(comp, FIRST_KEY, left, right, box), example)
+
+
 def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tuple:
     """Ratios, methods, the zoo note and the sparse-kernel default for a backbone/scale pair."""
     found = compare.ratios(backbone, int(scale), zoo_path)
@@ -270,7 +328,7 @@ def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tupl
         gr.update(choices=found, value=ratio),
         gr.update(choices=methods, value=methods),
         compare.availability(backbone, int(scale), zoo_path),
-        iss.sparse.speed.sparse_by_default(backbone, compare.default_device()),
+        compare.sparse_default(backbone, compare.default_device()),
     )
 
 
@@ -280,15 +338,21 @@ def _methods_for(backbone: str, scale: int, ratio: float | None, zoo_path: str |
     return gr.update(choices=methods, value=methods)
 
 
+def _crops_folder() -> str:
+    """A new folder inside Gradio's cache for the Urban100 crops cut from ``--data-dir`` (under ``main``, the
+    process's own cache folder, removed at exit)."""
+    cache = gr.utils.get_upload_folder()
+    os.makedirs(cache, exist_ok=True)
+    return tempfile.mkdtemp(prefix="urban100-", dir=cache)
+
+
 def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> None:
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
     archs = compare.backbones(zoo_path)
-    arch0 = "swinir-light" if "swinir-light" in archs else archs[0]
-    scale0 = compare.default_scale(arch0, zoo_path)
+    arch0, scale0, ratio0 = compare.default_cell(zoo_path)
     ratio_choices = compare.ratios(arch0, scale0, zoo_path)
-    ratio0 = compare.default_ratio(arch0, scale0, zoo_path)
     methods0 = compare.method_choices(arch0, scale0, ratio0, zoo_path)
-    examples = compare.example_images(data_dir)
+    examples = compare.example_images(data_dir, _crops_folder() if data_dir else None)
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
             image = gr.Image(
@@ -319,12 +383,14 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
                 compare.all_methods(zoo_path), value=methods0, label="Methods to compare"
             )  # every method the zoo has (what the API accepts); narrowed to this backbone's on load
             sparse = gr.Checkbox(
-                iss.sparse.speed.sparse_by_default(arch0, compare.default_device()),
+                compare.sparse_default(arch0, compare.default_device()),
                 label="Sparse kernels (iss.sparsify)",
                 info=compare.sparse_kernel_note(),
             )
             expected = gr.Markdown("Upload an image or pick an example, then press **Compare**.")
-            run = gr.Button("Compare", variant="primary")
+            with gr.Row():
+                run = gr.Button("Compare", variant="primary")
+                halt = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
             status = gr.Markdown(label="Status")
             with gr.Row():
@@ -381,20 +447,29 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
         concurrency_id="estimate",
         preprocess=False,
     )
-    run.click(
+    flag = gr.State(None)
+    run.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
         functools.partial(_run_compare, zoo_path=zoo_path, cache=image.GRADIO_CACHE),
-        inputs,
+        [*inputs, flag],
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
         concurrency_id="upscale",
         preprocess=False,
     )
+    halt.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     left.input(_repair, [state, left, right], [slider], api_visibility="private")
     right.input(_repair, [state, left, right], [slider], api_visibility="private")
     swap.click(lambda a, b: (b, a), [left, right], [left, right], api_visibility="private").then(
         _repair, [state, left, right], [slider], api_visibility="private"
     )
     region.select(_zoom, [state], [region, grid], api_visibility="private")
+    demo.load(
+        functools.partial(_first, arch0, zoo_path),
+        None,
+        [slider, region, grid, table, files, status, left, right, state, image],
+        api_visibility="private",
+        concurrency_limit=None,  # computed once per process; the lock in first_comparison serialises it
+    )
 
 
 # --------------------------------------------------------------------------------------------------- analysis
@@ -415,7 +490,7 @@ def _train(
     stop: threading.Event | None = None,
     data_dir: str | None = None,
 ) -> Iterator[tuple]:
-    """``/train``: stream ISS-P vs IHT figures; Stop ends it after this iteration, keeping the plots."""
+    """``/train``: stream ISS-P vs IHT figures; Stop ends it within a layer, keeping the plots."""
     try:
         yield from analysis.train_live(
             backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start,
@@ -427,13 +502,56 @@ def _train(
         cost.release_memory()
 
 
+def _live(
+    backbone: str,
+    scale: int,
+    ratio: float,
+    alpha: float,
+    iterations: int,
+    prune_iters: int,
+    patch: int,
+    batch: int,
+    layers: list[str] | None,
+    start: str,
+    stop: threading.Event | None,
+    request: gr.Request,
+    *,
+    demo: gr.Blocks,
+    data_dir: str | None,
+) -> Iterator[tuple]:
+    """``/train`` as visitors share it: admitted at once or refused in one line (``LIVE``), and stopped
+    when nobody reads its updates (a client that never opened the event stream, or left)."""
+    session, address = request.session_hash or "", request.client.host if request.client else ""
+    stop = stop or threading.Event()  # an API call has no Stop button, but shutdown stops it too
+    try:
+        with LIVE.admit(session, address, stop):
+            settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
+            run = _train(*settings, stop, data_dir=data_dir)
+            try:
+                for update in run:
+                    yield update
+                    if _unread(demo, session) >= UNHEARD:
+                        LOG.warning("stopped a live run nobody reads (session %s)", session[:8])
+                        return
+            finally:
+                run.close()
+    except admission.Refused as e:
+        raise _error(e) from None
+
+
+def _unread(demo: gr.Blocks, session: str) -> int:
+    """Messages of ``session`` that no client has read yet (Gradio's per-session queue of updates)."""
+    pending = demo._queue.pending_messages_per_session.get(session)
+    return pending.qsize() if pending is not None else 0
+
+
 def _arm() -> threading.Event:
     """A fresh stop flag for the run about to start (Stop sets it)."""
     return threading.Event()
 
 
 def _request_stop(flag: threading.Event | None) -> None:
-    """Stop: the running live run ends after its current iteration with a last update."""
+    """Stop: the running live run ends within a layer of its step, with a last update."""
     if flag is not None:
         flag.set()
 
@@ -474,11 +592,14 @@ def _start_settings(start: str) -> tuple:
     )
 
 
-def _recorded(name: str | None, layers: list[str] | None) -> tuple:
+def _recorded(name: str | None, layers: list[str] | None, zoo_path: str | None = None) -> tuple:
     """``/recorded``: the three analysis figures of a bundled recording, whole."""
     if not name:
         return gr.update(), gr.update(), gr.update(), "No recorded run bundled."
-    return analysis.recorded_figures(name, layers)
+    try:
+        return analysis.recorded_figures(name, layers, zoo_path)
+    except KeyError as e:
+        raise _error(e) from None
 
 
 def _recorded_layers(name: str | None) -> Any:
@@ -489,17 +610,47 @@ def _recorded_layers(name: str | None) -> Any:
     return gr.update(choices=layers, value=analysis.default_layers(layers))
 
 
-def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
-    """Live ISS-P vs IHT run with streamed plots, and the bundled recorded runs shown whole."""
+def _caption(key: str) -> gr.Markdown:
+    """The one line under a plot saying what it shows and what to look for."""
+    return gr.Markdown(figures.CAPTIONS[key], elem_classes="plot-caption")
+
+
+def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> None:
+    """The bundled recorded runs shown whole (open on the app's default cell's, drawn before any click), then
+    a live ISS-P vs IHT run with streamed plots."""
     d = {**analysis.LIVE_DEFAULTS, "start": analysis.default_start()}
     d.update(analysis.start_settings(d["start"]) or {})
     locked = d["start"] != analysis.RANDOM_INIT
     layers0 = analysis.prunable_layers(d["arch"], d["scale"])
+    rec0 = analysis.default_recording(zoo_path)
+    rec_layers0 = analysis.recording_layers(rec0) if rec0 else []
+    shown = analysis.recorded_figures(rec0, None, zoo_path) if rec0 else (None, None, None, "")
+    note = analysis.opening_note(zoo_path)
+    with gr.Accordion("Recorded runs (whole): ISS-P vs IHT through a zoo training", open=True):
+        with gr.Row():
+            rec = gr.Dropdown(analysis.recording_choices(zoo_path), value=rec0, label="Recording", scale=3)
+            rec_layers = Names(
+                rec_layers0,
+                value=analysis.default_layers(rec_layers0),
+                multiselect=True,
+                allow_custom_value=True,
+                label="Layers to plot",
+                scale=3,
+            )
+            show = gr.Button("Show", scale=1)
+        rec_status = gr.Markdown("\n\n".join(t for t in (note, shown[3]) if t), label="Recording")
+        rec_flips = gr.Plot(shown[0], label="Recorded mask dynamics", elem_id="recorded-mask")
+        _caption("mask")
+        rec_grads = gr.Plot(shown[1], label="Recorded gradients", elem_id="recorded-gradients")
+        _caption("gradients")
+        rec_training = gr.Plot(shown[2], label="Recorded training", elem_id="recorded-training")
+        _caption("training")
     gr.Markdown(
+        "### Live: ISS-P vs IHT on this machine\n"
         "ISS-P and IHT start from the **same weights** and see the **same batches**. From random init both "
         "masks barely move for the first ~1,500 iterations; the contrast of the paper's Fig. 3 lives in the "
         "long pruning stage, so a live run starts by default from a recorded mid-pruning state (random init "
-        "is in *Start from*). *Recorded runs* below shows a long run whole."
+        "is in *Start from*)."
     )
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
@@ -511,10 +662,10 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
                 scale = IntRadio(
                     list(compare.SCALES), value=d["scale"], label="Scale", interactive=not locked
                 )
-            ratio = gr.Slider(
+            ratio = Bounded(
                 0.5, 0.99, value=d["ratio"], step=0.01, label="Pruning ratio", interactive=not locked
             )
-            alpha = gr.Slider(
+            alpha = Bounded(
                 0.5, 0.999, value=d["alpha"], step=0.001, label="alpha (ISS-P shrink factor)",
                 interactive=not locked,
             )  # fmt: skip
@@ -525,11 +676,11 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
                     interactive=not locked,
                 )  # fmt: skip
             with gr.Row():
-                patch = gr.Slider(8, analysis.MAX_PATCH, value=d["patch"], step=8, label="LR patch")
-                batch = gr.Slider(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
+                patch = Bounded(8, analysis.MAX_PATCH, value=d["patch"], step=8, label="LR patch")
+                batch = Bounded(1, analysis.MAX_BATCH, value=d["batch"], step=1, label="Batch")
             layers = Names(
                 layers0,
-                value=analysis.default_layers(layers0),
+                value=analysis.busiest_layers(d["start"]) or analysis.default_layers(layers0),
                 multiselect=True,
                 allow_custom_value=True,
                 label="Layers to plot",
@@ -540,26 +691,12 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
                 stop = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
             status = gr.Markdown("Press **Train** to start.", label="Status")
-            flips = gr.Plot(label="Mask dynamics")
-            grads = gr.Plot(label="Gradients")
-            training = gr.Plot(label="Training")
-    recordings = analysis.recording_names()
-    rec_layers0 = analysis.recording_layers(recordings[0]) if recordings else []
-    with gr.Accordion("Recorded runs (whole)", open=False) as recorded:
-        with gr.Row():
-            rec = gr.Dropdown(recordings, value=recordings[0] if recordings else None, label="Recording")
-            rec_layers = Names(
-                rec_layers0,
-                value=analysis.default_layers(rec_layers0),
-                multiselect=True,
-                allow_custom_value=True,
-                label="Layers to plot",
-            )
-            show = gr.Button("Show")
-        rec_status = gr.Markdown(label="Recording")
-        rec_flips = gr.Plot(label="Recorded mask dynamics")
-        rec_grads = gr.Plot(label="Recorded gradients")
-        rec_training = gr.Plot(label="Recorded training")
+            flips = gr.Plot(label="Mask dynamics", elem_id="live-mask")
+            _caption("mask")
+            grads = gr.Plot(label="Gradients", elem_id="live-gradients")
+            _caption("gradients")
+            training = gr.Plot(label="Training", elem_id="live-training")
+            _caption("training")
     flag = gr.State(None)
     fixed = [backbone, scale, ratio, alpha, prune_iters, batch, patch]
     start.change(_start_settings, [start], fixed, api_visibility="private")
@@ -577,18 +714,37 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None) -> None:
         trigger_mode="always_last",
         concurrency_id="plan",
     )
+
+    def train(
+        backbone: str,
+        scale: int,
+        ratio: float,
+        alpha: float,
+        iterations: int,
+        prune_iters: int,
+        patch: int,
+        batch: int,
+        layers: list[str] | None,
+        start: str,
+        stop: threading.Event | None,
+        request: gr.Request,
+    ) -> Iterator[tuple]:  # a plain function: Gradio gives gr.Request only to those (not partials)
+        settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
+        yield from _live(*settings, stop, request, demo=demo, data_dir=data_dir)
+
     go.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
-        functools.partial(_train, data_dir=data_dir),
+        train,
         [backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start, flag],
         [flips, grads, training, status],
         api_name="train",
-        concurrency_id="train",
+        concurrency_limit=None,  # never queued: LIVE admits or refuses it at once
     ).then(_plan, sizes, [plan], api_visibility="private")  # the estimate, with the speed just measured
     stop.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
     rec.change(_recorded_layers, [rec], [rec_layers], api_visibility="private")
     rec_outputs = [rec_flips, rec_grads, rec_training, rec_status]
-    show.click(_recorded, [rec, rec_layers], rec_outputs, api_name="recorded")
-    recorded.expand(_recorded, [rec, rec_layers], rec_outputs, api_visibility="private")
+    recorded = functools.partial(_recorded, zoo_path=zoo_path)
+    show.click(recorded, [rec, rec_layers], rec_outputs, api_name="recorded")
+    rec.input(recorded, [rec, gr.State(None)], rec_outputs, api_visibility="private")
 
 
 # --------------------------------------------------------------------------------------------------- sparsity
@@ -616,10 +772,12 @@ def sparsity_tab(tab: gr.Tab, zoo_path: str | None) -> None:
     if not names:
         gr.Markdown("No checkpoint zoo found (`checkpoints/zoo.json`): nothing to inspect yet.")
     with gr.Row():
-        ckpt = gr.Dropdown(names, value=names[0] if names else None, label="Checkpoint")
+        ckpt = gr.Dropdown(names, value=sparsity.default_checkpoint(zoo_path), label="Checkpoint")
         layer = Names([], value="", label="Also show the histogram of layer", allow_custom_value=True)
     structure = gr.Plot(label="Where the kept weights sit", elem_id="sparsity-structure")
+    _caption("structure")
     hist = gr.Plot(label="Weight magnitudes")
+    _caption("histogram")
     gr.Markdown(
         "**Zoo vs paper** (same backbone, scale, ratio and method; zoo budgets are far below the paper's; "
         "bicubic is our measurement, the baseline every method must beat)"
@@ -654,7 +812,7 @@ def build_demo(data_dir: str | None = None, zoo_path: str | None = None) -> gr.B
             with gr.Tab("Compare", id="compare"):
                 compare_tab(demo, data_dir, zoo_path)
             with gr.Tab("Analysis", id="analysis"):
-                analysis_tab(demo, data_dir)
+                analysis_tab(demo, data_dir, zoo_path)
             with gr.Tab("Sparsity", id="sparsity") as tab:
                 sparsity_tab(tab, zoo_path)
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
@@ -673,9 +831,34 @@ def delete_cache_files(demo: gr.Blocks) -> None:
             path.parent.rmdir()  # only if empty
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM (a stopped Space or container) ends the server as Ctrl-C does, so that ``main`` cleans up."""
-    raise KeyboardInterrupt
+def own_cache() -> Path:
+    """A new folder of this process's own for Gradio's cache (uploads, example copies, results), inside
+    ``$GRADIO_TEMP_DIR`` or the temp folder, and set as ``$GRADIO_TEMP_DIR``: another copy of the app that
+    cleans up at exit never touches it. The caller removes it at exit."""
+    parent = os.environ.get("GRADIO_TEMP_DIR") or None
+    if parent:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="iss-sr-app-", dir=parent))
+    os.environ["GRADIO_TEMP_DIR"] = str(folder)
+    return folder
+
+
+def shut_down(demo: gr.Blocks, cache: Path | None = None, code: int = 0, seconds: float = 2.0) -> None:
+    """End the process now that the server is asked to stop: live runs stopped, the server closed (waiting
+    at most ``seconds``), every file this app put in Gradio's cache deleted, then ``os._exit``: threads still
+    inside torch (a comparison, a run's last layer) would otherwise abort the interpreter's own exit."""
+    LIVE.stop_all()
+    closing = threading.Thread(target=demo.close, daemon=True)
+    closing.start()
+    closing.join(seconds)
+    delete_cache_files(demo)
+    for folder in FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)  # this process's own folder only
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -689,13 +872,28 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    signal.signal(signal.SIGTERM, _interrupt)
+    cache = own_cache()
     demo = build_demo(args.data_dir, args.zoo)
+    _first(compare.default_backbone(args.zoo), args.zoo)  # before serving: no visitor waits for it
+    # SIGTERM (a stopped Space or container) shuts down at once, without Gradio's wait for open connections
+    signal.signal(signal.SIGTERM, lambda signum, frame: shut_down(demo, cache))
+    code = 1
     try:
         demo.launch(server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **LIMITS)
-    finally:  # Ctrl-C or SIGTERM: Gradio's own shutdown may not finish its cleaning before the exit
-        demo.close()
-        delete_cache_files(demo)
+        code = 0
+    except KeyboardInterrupt:
+        code = 0
+    except OSError as e:
+        if "port" not in str(e).lower():
+            traceback.print_exc()
+        else:
+            taken = f"port {args.port} on {args.host} is taken: start with --port N, a free one"
+            print(taken, file=sys.stderr)
+            code = 2
+    except Exception:
+        traceback.print_exc()
+    finally:  # Gradio's own shutdown may not finish its cleaning before the exit
+        shut_down(demo, cache, code)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Screenshots of every tab of a running app, taken in headless Debian Chromium (Playwright, no downloads).
 
-Compare after one comparison of a bundled example and for a backbone without checkpoints, Analysis before and
-after a short live run stopped with Stop, the recorded runs, and Sparsity as it opens. Start the app first
-(``python app.py --port 7860``)::
+Compare as it opens (the finished first comparison, no click) and for a backbone without checkpoints, Analysis
+before and after a short live run stopped with Stop, the recorded runs, and Sparsity as it opens. Start the
+app first (``python app.py --port 7860``)::
 
-    python benchmarks/app_screenshots.py --url http://127.0.0.1:7860 --out /tmp/screens
+    python benchmarks/app_screenshots.py --url http://127.0.0.1:7860 --out /tmp/screens [--tabs compare]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from playwright.sync_api import Page, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
-EXAMPLE = Path(__file__).resolve().parents[1] / "assets" / "examples" / "launch_towers.png"
 
 
 def shoot(page: Page, out: Path, name: str) -> None:
@@ -29,10 +28,8 @@ def shoot(page: Page, out: Path, name: str) -> None:
 
 
 def compare_tab(page: Page, out: Path, timeout_ms: int) -> None:
-    """Upload an example, press Compare, wait for the results, shoot; then pick the first backbone the zoo
-    has no checkpoint of (the dropdown marks it), if one is left."""
-    page.locator("input[type=file]").first.set_input_files(str(EXAMPLE))
-    page.get_by_role("button", name="Compare", exact=True).click()
+    """Wait for the comparison the tab opens on (no click), shoot; then pick the first backbone the zoo has
+    no checkpoint of (the dropdown marks it), if one is left."""
     page.get_by_text("method(s) ran").first.wait_for(timeout=timeout_ms)
     time.sleep(3)
     shoot(page, out, "compare")
@@ -48,20 +45,19 @@ def compare_tab(page: Page, out: Path, timeout_ms: int) -> None:
 
 
 def analysis_tab(page: Page, out: Path, seconds: float, timeout_ms: int) -> None:
-    """The Analysis tab before a run, after a live run stopped after ``seconds``, and the recorded runs."""
+    """The Analysis tab as it opens (a recorded run drawn whole), then after a live run stopped after
+    ``seconds``."""
     page.get_by_role("tab", name="Analysis").click()
+    page.wait_for_selector("#recorded-mask .js-plotly-plot .scatterlayer .trace", timeout=timeout_ms)
     time.sleep(3)
-    shoot(page, out, "analysis_before")
+    shoot(page, out, "analysis_recorded")
     page.get_by_role("button", name="Train ISS-P vs IHT").click()
-    page.wait_for_selector(".js-plotly-plot .scatterlayer .trace", timeout=timeout_ms)
+    page.wait_for_selector("#live-mask .js-plotly-plot .scatterlayer .trace", timeout=timeout_ms)
     time.sleep(seconds)
     page.get_by_role("button", name="Stop").click(force=True)  # the page redraws plots each second
     page.get_by_text("stopped at iteration").first.wait_for(timeout=timeout_ms)
     time.sleep(2)
     shoot(page, out, "analysis_stopped")
-    page.get_by_role("button", name="Recorded runs (whole)").click()
-    time.sleep(8)
-    shoot(page, out, "analysis_recorded")
 
 
 def sparsity_tab(page: Page, out: Path) -> None:
@@ -78,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--live-seconds", type=float, default=20.0, help="how long the live run goes before Stop")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for each result")
+    p.add_argument("--tabs", default="compare,analysis,sparsity", help="which tabs to shoot, comma-separated")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     timeout_ms = int(args.timeout * 1000)
@@ -86,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(args.url)
-            compare_tab(page, args.out, timeout_ms)
-            analysis_tab(page, args.out, args.live_seconds, timeout_ms)
-            sparsity_tab(page, args.out)
+            tabs = args.tabs.split(",")
+            if "compare" in tabs:
+                compare_tab(page, args.out, timeout_ms)
+            if "analysis" in tabs:
+                analysis_tab(page, args.out, args.live_seconds, timeout_ms)
+            if "sparsity" in tabs:
+                sparsity_tab(page, args.out)
         finally:
             browser.close()
     return 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of a short GPU lease (issue 31): measure the plan's first group, size its budget to the
+# One device call of a 15-minute GPU lease: measure the plan's first group, size its budget to the
 # time left, train its first cells at once, evaluate them on Set5 and bring them back under $OUT.
 #   device run, carry [".gpu"]:  bash benchmarks/gpu_round.sh
 # Environment: ROUND_SECONDS (wall time of the whole script, default 540), PLAN (default

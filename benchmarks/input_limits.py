@@ -3,8 +3,8 @@
     python benchmarks/input_limits.py [--threads 2] [--out benchmarks/results/input_limits]
 
 Makes each input once (``--inputs``, default a temp folder): 50-megapixel images (the pixel limit) in the
-formats and modes that cost the decoder most, each at most 50 MB (the upload limit), and the 12000x12000 PNG
-of issue 14 (refused now). Starts ``python app.py``
+formats and modes that cost the decoder most, each at most 50 MB (the upload limit), and a 12000x12000 PNG
+(refused). Starts ``python app.py``
 on a free local port (bundled zoo) and sends every input through ``/upscale`` with ``gradio_client``, bicubic
 only (the models' time depends on the capped size, not on the upload), in HR and LR mode. Per request: wall
 time seen by the client (upload included) and the server's peak RSS above its RSS just before the request
@@ -60,7 +60,7 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "TIFF deflate RGB": lambda p: Image.fromarray(_smooth(3, noisy=2)).save(
         p.with_suffix(".tif"), compression="tiff_adobe_deflate"
     ),
-    "PNG 12000x12000 one colour (issue 14)": lambda p: Image.new("RGB", (12000, 12000), (90, 120, 60)).save(
+    "PNG 12000x12000 one colour": lambda p: Image.new("RGB", (12000, 12000), (90, 120, 60)).save(
         p.with_suffix(".png")
     ),
 }

@@ -1,4 +1,4 @@
-"""The Analysis tab's live ISS-P vs IHT run, as a Space's GPU runs it (issue 31, step 3): the time to the
+"""The Analysis tab's live ISS-P vs IHT run, as a Space's GPU runs it: the time to the
 first plot, seconds per iteration of both runs, and whether Figure 3's contrast (ISS-P's mask moving more than
 IHT's) shows. It calls ``iss.ui.analysis.train_live`` as the tab does, stops it after ``--seconds`` if the
 iterations are not done by then, and at every update rewrites the status (``live_gpu.json``, with the device)

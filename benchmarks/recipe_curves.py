@@ -1,4 +1,4 @@
-"""CPU training recipes at equal CPU time: Set5 PSNR learning curves of one cell (issue 32).
+"""CPU training recipes at equal CPU time: Set5 PSNR learning curves of one cell.
 
 Each recipe trains the same cell (SwinIR-light x4 ISS-P r0.95 by default: same seed, so the same initial
 weights and batches) for the iterations that one idle core runs in ``--minutes`` at the recipe's measured

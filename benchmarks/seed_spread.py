@@ -37,7 +37,7 @@ def _name(group: dict) -> str:
 def seed_plan(plan: dict, groups: list[str], methods: list[str], seed: int) -> dict:
     """``plan`` restricted to ``groups`` and ``methods`` (in this order), at ``seed``, without its learning
     ``curves`` (a seed run wants final scores). A group may be split over several entries of the plan (as the
-    second round's are): each keeps the chosen methods it trains."""
+    CPU plan's are): each keeps the chosen methods it trains."""
     picked, trained = [], set()
     for group in plan["groups"]:
         if _name(group) in groups and (mine := [m for m in methods if m in group["methods"]]):

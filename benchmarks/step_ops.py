@@ -4,7 +4,7 @@
 
 An eager GPU step launches a kernel for most of them, each costing the host microseconds, so at a small batch
 their count, not the pixels, sets how fast a cell trains there: why a GPU lease finishes some CPU cells
-sooner and not others (docs/training.md, the fourth lease). Counted on the CPU; the GPU runs the same ops.
+sooner and not others (docs/training.md). Counted on the CPU; the GPU runs the same ops.
 """
 
 from __future__ import annotations

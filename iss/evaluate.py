@@ -25,13 +25,12 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from iss.archs import SCALES
 from iss.cli import UsageError
 from iss.data import BENCHMARKS, BenchmarkSet, benchmark_name, metrics
 from iss.infer import Upscaler, bicubic_upscaler, model_upscaler
 
 __all__ = ["SCALES", "add_arguments", "evaluate", "format_table", "image_scores", "mean_scores", "run"]
-
-SCALES = (2, 3, 4)
 
 
 def evaluate(

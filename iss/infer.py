@@ -25,7 +25,7 @@ __all__ = [
     "Upscaler",
     "bicubic_upscaler",
     "model_upscaler",
-    "upscale",
+    "upscale_array",
 ]
 
 Upscaler = Callable[[np.ndarray], np.ndarray]
@@ -36,19 +36,22 @@ AUTO_TILE = 256  # tile size used then (a multiple of the SwinIR window 8 and th
 OVERLAP = 32  # LR pixels neighbouring tiles share by default (a tile must be larger)
 
 
-def upscale(
+def upscale_array(
     model: nn.Module,
     img: np.ndarray,
     *,
     tile: int | None = None,
     overlap: int = OVERLAP,
     device: str | torch.device | None = None,
+    on_tile: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
-    """Super-resolve one image: uint8 HxWx3 in, uint8 HxWx3 out (clamped and rounded).
+    """Super-resolve one image array: uint8 HxWx3 in, uint8 HxWx3 out (clamped and rounded); ``iss.upscale``
+    takes any image (a file, PIL, an array in any mode) and returns a PIL image.
 
     ``tile`` splits the LR into ``tile x tile`` pieces overlapping by ``overlap``; images with more than
     ``AUTO_TILE_PIXELS`` pixels are tiled with ``AUTO_TILE`` when ``tile`` is None. ``device`` defaults to the
     model's; the model is moved there if needed. Runs in eval mode and restores the model's mode afterwards.
+    ``on_tile(done, total)`` is called after each tile (a progress bar; it may raise to stop the run).
     """
     img = img if img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 else to_rgb_uint8(img)
     h, w = img.shape[:2]
@@ -61,14 +64,27 @@ def upscale(
     try:
         with torch.inference_mode():
             x = to_tensor(img).to(device)
-            out = model(x) if tile is None else forward_tiled(model, x, tile=tile, overlap=overlap)
+            if tile is None:
+                out = model(x)
+                if on_tile is not None:
+                    on_tile(1, 1)
+            else:
+                out = forward_tiled(model, x, tile=tile, overlap=overlap, on_tile=on_tile)
     finally:
         model.train(was_training)
     return to_uint8(out)
 
 
-def forward_tiled(model: nn.Module, x: torch.Tensor, *, tile: int, overlap: int = OVERLAP) -> torch.Tensor:
-    """``model(x)`` for a 1xCxHxW tensor computed tile by tile; the float result is assembled on the CPU."""
+def forward_tiled(
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    tile: int,
+    overlap: int = OVERLAP,
+    on_tile: Callable[[int, int], None] | None = None,
+) -> torch.Tensor:
+    """``model(x)`` for a 1xCxHxW tensor computed tile by tile; the float result is assembled on the CPU.
+    ``on_tile(done, total)`` is called after each tile."""
     if tile < 1 or overlap < 0 or overlap >= tile:
         raise ValueError(f"need tile > overlap >= 0, got tile={tile}, overlap={overlap}")
     h, w = x.shape[-2:]
@@ -76,26 +92,28 @@ def forward_tiled(model: nn.Module, x: torch.Tensor, *, tile: int, overlap: int 
     out = weight = None
     scale = 0
     margin = overlap // 2
-    for y0 in _starts(h, th, overlap):
-        for x0 in _starts(w, tw, overlap):
-            piece = model(x[..., y0 : y0 + th, x0 : x0 + tw]).float().cpu()
-            if out is None:
-                scale = piece.shape[-1] // tw
-                if piece.shape[-2:] != (th * scale, tw * scale):
-                    raise ValueError(
-                        f"model output {tuple(piece.shape)} is not an integer upscale of {th}x{tw} input"
-                    )
-                out = torch.zeros(1, piece.shape[1], h * scale, w * scale)
-                weight = torch.zeros(1, 1, h * scale, w * scale)
-            # Keep only the part of the tile that is at least `margin` LR pixels from a neighbouring tile.
-            top = 0 if y0 == 0 else margin
-            left = 0 if x0 == 0 else margin
-            bottom = th if y0 + th == h else th - margin
-            right = tw if x0 + tw == w else tw - margin
-            rows = slice((y0 + top) * scale, (y0 + bottom) * scale)
-            cols = slice((x0 + left) * scale, (x0 + right) * scale)
-            out[..., rows, cols] += piece[..., top * scale : bottom * scale, left * scale : right * scale]
-            weight[..., rows, cols] += 1
+    origins = [(y0, x0) for y0 in _starts(h, th, overlap) for x0 in _starts(w, tw, overlap)]
+    for done, (y0, x0) in enumerate(origins, 1):
+        piece = model(x[..., y0 : y0 + th, x0 : x0 + tw]).float().cpu()
+        if out is None:
+            scale = piece.shape[-1] // tw
+            if piece.shape[-2:] != (th * scale, tw * scale):
+                raise ValueError(
+                    f"model output {tuple(piece.shape)} is not an integer upscale of {th}x{tw} input"
+                )
+            out = torch.zeros(1, piece.shape[1], h * scale, w * scale)
+            weight = torch.zeros(1, 1, h * scale, w * scale)
+        # Keep only the part of the tile that is at least `margin` LR pixels from a neighbouring tile.
+        top = 0 if y0 == 0 else margin
+        left = 0 if x0 == 0 else margin
+        bottom = th if y0 + th == h else th - margin
+        right = tw if x0 + tw == w else tw - margin
+        rows = slice((y0 + top) * scale, (y0 + bottom) * scale)
+        cols = slice((x0 + left) * scale, (x0 + right) * scale)
+        out[..., rows, cols] += piece[..., top * scale : bottom * scale, left * scale : right * scale]
+        weight[..., rows, cols] += 1
+        if on_tile is not None:
+            on_tile(done, len(origins))
     return out / weight
 
 
@@ -122,7 +140,7 @@ def model_upscaler(
     """An :data:`Upscaler` running ``model`` through :func:`upscale` with fixed tiling and device."""
 
     def run(lr: np.ndarray) -> np.ndarray:
-        return upscale(model, lr, tile=tile, overlap=overlap, device=device)
+        return upscale_array(model, lr, tile=tile, overlap=overlap, device=device)
 
     return run
 

@@ -71,7 +71,7 @@ def _one_colour_png(side: int) -> bytes:
 
 
 def bad_uploads() -> dict[str, tuple[bytes, str]]:
-    """File name -> (content, what the one-line error must say): the hostile uploads of issue 14."""
+    """File name -> (content, what the one-line error must say): hostile uploads."""
     buffer = io.BytesIO()
     noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
     Image.fromarray(noise).save(buffer, format="PNG")

@@ -437,12 +437,14 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
             assert page.evaluate(CELLS_WHOLE), "a table cell wraps or is truncated"
             assert page.get_by_text(compare.ZOOM_NOTE).is_visible()  # region PSNR vs whole-image PSNR
             page.get_by_role("tab", name="Analysis").click()
+            page.wait_for_selector("#recorded-mask .js-plotly-plot .scatterlayer .trace", timeout=60_000)
+            assert page.get_by_text("ISS-P moved further").first.is_visible()  # drawn before any click
             page.get_by_text("Expected on this CPU").first.wait_for(timeout=60_000)
             page.get_by_role("button", name="Train ISS-P vs IHT").click()
-            page.wait_for_selector(".js-plotly-plot .scatterlayer .trace", timeout=180_000)
+            page.wait_for_selector("#live-mask .js-plotly-plot .scatterlayer .trace", timeout=180_000)
             page.get_by_role("button", name="Stop").click(force=True)  # plots redraw each second
             page.get_by_text("Stopped at iteration").first.wait_for(timeout=120_000)
-            assert page.locator(".js-plotly-plot").count() == 3  # the live plots stay
+            assert page.locator("[id^=live-] .js-plotly-plot").count() == 3  # the live plots stay
             assert page.get_by_text("Error", exact=True).count() == 0
             page.get_by_role("tab", name="Sparsity").click()  # no button to press
             page.wait_for_selector("#sparsity-structure .js-plotly-plot .heatmaplayer", timeout=60_000)
@@ -450,6 +452,31 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
             browser.close()
 
 
+def test_browser_opens_on_a_finished_comparison_whose_table_fits(app_url: str) -> None:
+    """With no click: the example in the image box, the slider on bicubic vs the checkpoint, the zoom tiles
+    and the table filled, every column of it inside its panel."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium); never `playwright install`")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(app_url)
+            page.get_by_text("method(s) ran").first.wait_for(timeout=120_000)
+            assert page.locator("#zoom-gallery .thumbnail-item").count() == 4  # HR, LR, bicubic, iss-p
+            assert page.locator("#results-table").get_by_text("iss-p", exact=True).count() >= 1
+            assert page.evaluate(TABLE_FITS), "the results table is wider than its panel"
+        finally:
+            browser.close()
+
+
+TABLE_FITS = """() => {
+    const table = document.querySelector('#results-table table');
+    const panel = document.querySelector('#results-table');
+    return table.getBoundingClientRect().right <= panel.getBoundingClientRect().right + 1;
+}"""
 TILES_VISIBLE = """() => {
     const wrap = document.querySelector('#zoom-gallery .grid-wrap').getBoundingClientRect();
     return [...document.querySelectorAll('#zoom-gallery .thumbnail-item')].every(t => {
@@ -462,34 +489,103 @@ CELLS_WHOLE = """() => [...document.querySelectorAll('#results-table td .cell-wr
 )"""
 
 
+class _Server:
+    """``python app.py`` in a subprocess on a free port, with ``GRADIO_TEMP_DIR`` set to ``cache``."""
+
+    def __init__(self, cache: Path, *args: str) -> None:
+        import subprocess
+
+        port = _free_port()
+        env = {**os.environ, "GRADIO_TEMP_DIR": str(cache), "GRADIO_ANALYTICS_ENABLED": "False"}
+        self.url = f"http://127.0.0.1:{port}/"
+        self.process = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port), *args], cwd=ROOT, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
+    def client(self, deadline_s: float = 300) -> Any:
+        """A ``gradio_client.Client`` once the server answers (it computes the first screen, then serves)."""
+        from gradio_client import Client
+
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                return Client(self.url, verbose=False, download_files=False)
+            except Exception:
+                assert self.process.poll() is None and time.monotonic() < deadline, self.process.stdout.read()
+                time.sleep(1)
+
+    def stop(self) -> str:
+        """SIGTERM, as a Space or container is stopped; the output, after checking it exited cleanly."""
+        import signal
+
+        self.process.send_signal(signal.SIGTERM)
+        output, _ = self.process.communicate(timeout=60)
+        assert self.process.returncode == 0 and "Traceback" not in output, output
+        return output
+
+
+def _example_records(url: str) -> list[dict]:
+    """The file records a browser sends when each example of the Compare tab is clicked."""
+    import httpx
+
+    config = httpx.get(url.rstrip("/") + "/config", timeout=30).json()
+    dataset = next(c for c in config["components"] if c.get("type") == "dataset")
+    return [{"path": sample[0]["path"]} for sample in dataset["props"]["samples"]]
+
+
+def test_a_second_copy_started_and_stopped_beside_changes_nothing_for_the_first(
+    zoo_path: str, tmp_path: Path
+) -> None:
+    """Each app process keeps its cache in a folder of its own and removes only that one at exit: the first
+    copy's examples still work after a second one, on the same cache folder, started and stopped."""
+    cache = tmp_path / "cache"
+    first = _Server(cache, "--zoo", zoo_path)
+    try:
+        first.client()
+        second = _Server(cache, "--zoo", zoo_path)
+        second.client()
+        second.stop()
+        records = _example_records(first.url)
+        assert len(records) == len(compare.example_images())
+        for record in records:
+            args = [record, "swinir-light", 4, None, ["bicubic"], compare.MODE_HR, False]
+            event, outputs = _raw_call(first.url, "upscale", args)
+            assert event == "complete", (record, outputs)
+    finally:
+        first.stop()
+    assert [p for p in cache.rglob("*") if p.is_file()] == []  # each removed its own folder
+
+
+def test_a_taken_port_gets_one_line_naming_the_port_option(tmp_path: Path) -> None:
+    import subprocess
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "GRADIO_TEMP_DIR": str(tmp_path / "cache"), "GRADIO_ANALYTICS_ENABLED": "False"}
+        done = subprocess.run(
+            [sys.executable, "app.py", "--port", str(port), "--zoo", str(tmp_path / "none.json")], cwd=ROOT,
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"port {port} on 127.0.0.1 is taken: start with --port N" in done.stderr
+    assert [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
+
+
 def test_sigterm_deletes_the_uploads_and_results(tmp_path: Path) -> None:
     """Issue 30 item 5: a stopped server (SIGTERM, as a Space or container is stopped) leaves no uploads,
     results or example copies in its cache."""
-    import signal
-    import subprocess
+    from gradio_client import handle_file
 
-    from gradio_client import Client, handle_file
-
-    cache, port = tmp_path / "cache", _free_port()
-    env = {**os.environ, "GRADIO_TEMP_DIR": str(cache), "GRADIO_ANALYTICS_ENABLED": "False"}
-    server = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    cache = tmp_path / "cache"
+    server = _Server(cache)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
-                break
-            except Exception:
-                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
-                time.sleep(1)
+        client = server.client()
         client.predict(handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 4, None,
                        ["bicubic"], compare.MODE_HR, False, api_name="/upscale")  # fmt: skip
         assert any(p.name == "bicubic_x4.png" for p in cache.rglob("*"))
     finally:
-        server.send_signal(signal.SIGTERM)
-        output, _ = server.communicate(timeout=60)
-    assert server.returncode == 0 and "Traceback" not in output
+        server.stop()
     assert [p for p in cache.rglob("*") if p.is_file()] == []

@@ -124,7 +124,7 @@ def test_tampered_file_fails_integrity_check(tiny: nn.Module, tmp_path) -> None:
      (["index"], r"misses tensors that TinySR needs: head\.bias")],
 )  # fmt: skip
 def test_a_rehashed_file_missing_a_weight_is_refused(tiny: nn.Module, tmp_path, derived, expected) -> None:
-    """Issue 30 item 4: a forger drops a weight (and may call it derived), then re-hashes: refused, never
+    """A forger drops a weight (and may call it derived), then re-hashes: refused, never
     loaded with the freshly built model's random values."""
     path = checkpoint.save(tiny, tmp_path / "m.safetensors", META)
     rewrite_checkpoint(path, drop=["head.bias"], meta={"derived": json.dumps(derived)})
@@ -311,7 +311,7 @@ def swinir_file(tmp_path) -> str:
 
 
 def test_an_edited_header_fails_the_integrity_check(swinir_file: str) -> None:
-    """Issue 17 item 1: the hash covers the metadata, so img_range 255 can no longer slip in."""
+    """The hash covers the metadata, so img_range 255 can no longer slip in."""
     rewrite_checkpoint(
         swinir_file, meta={"arch_kwargs": json.dumps({"embed_dim": 12, "img_range": 255})}, resign=False
     )
@@ -367,7 +367,7 @@ def test_format_1_files_get_a_clear_error_and_upgrade_exactly(swinir_file: str) 
 
 
 def test_a_file_without_its_sha_says_so(swinir_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 17 item 6: not "format_version '1', expected '1'"."""
+    """Not "format_version '1', expected '1'"."""
     tensors, metadata = checkpoint.read(swinir_file)
     del metadata["sha256"]
     Path(swinir_file).write_bytes(st_save(tensors, metadata=metadata))

@@ -1,4 +1,4 @@
-"""Every fenced ``python`` and ``bash`` block of README.md and docs/*.md runs as written (issue 26).
+"""Every fenced ``python`` and ``bash`` block of README.md and docs/*.md runs as written.
 
 Each block runs in its own temporary folder that stands for the repository root: the root's entries are
 symbolic links there (snippets read ``checkpoints/``, ``benchmarks/``, ``assets/``, ``app.py``), what a
@@ -116,7 +116,7 @@ def test_relative_links_resolve() -> None:
 
 
 def test_readme_is_short_and_keeps_the_test_command() -> None:
-    """Issue 26: the README stays under 300 lines, with the exact command CI runs."""
+    """The README stays under 300 lines, with the exact command CI runs."""
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 300
     ci = (ROOT / ".ci" / "run").read_text().splitlines()

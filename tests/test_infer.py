@@ -13,7 +13,7 @@ from torch import nn
 import iss.infer
 from iss.data import to_tensor
 from iss.data.resize import imresize
-from iss.infer import bicubic_upscaler, forward_tiled, model_upscaler, upscale
+from iss.infer import bicubic_upscaler, forward_tiled, model_upscaler, upscale_array
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,7 @@ def test_tiled_equals_whole_when_receptive_field_fits_overlap(model: TinyConvSR,
     assert tiled.shape == whole.shape == (1, 3, 2 * h, 2 * w)
     torch.testing.assert_close(tiled, whole, rtol=0, atol=1e-6)
     img = _image(h, w)
-    assert np.array_equal(upscale(model, img, tile=16, overlap=8), upscale(model, img))
+    assert np.array_equal(upscale_array(model, img, tile=16, overlap=8), upscale_array(model, img))
 
 
 def test_tiled_is_close_for_a_global_receptive_field() -> None:
@@ -95,24 +95,24 @@ def test_margins_matter(model: TinyConvSR) -> None:
 def test_upscale_shapes_for_odd_sizes(h: int, w: int, scale: int) -> None:
     model = TinyConvSR(scale=scale)
     for tile, overlap in ((None, 32), (5, 2), (12, 8)):  # (12, 8): some sides are smaller than the overlap
-        out = upscale(model, _image(h, w), tile=tile, overlap=overlap)
+        out = upscale_array(model, _image(h, w), tile=tile, overlap=overlap)
         assert out.shape == (h * scale, w * scale, 3) and out.dtype == np.uint8
 
 
 def test_upscale_restores_training_mode_and_is_deterministic(model: TinyConvSR) -> None:
     model.train()
     img = _image(12, 12)
-    first = upscale(model, img)
+    first = upscale_array(model, img)
     assert model.training  # mode restored
-    np.testing.assert_array_equal(first, upscale(model, img))  # dropout was off
+    np.testing.assert_array_equal(first, upscale_array(model, img))  # dropout was off
     assert not any(p.grad is not None for p in model.parameters())
 
 
 def test_upscale_accepts_gray_and_rgba(model: TinyConvSR) -> None:
     gray = _image(6, 5)[..., 0]
     rgba = np.dstack([_image(6, 5), np.full((6, 5), 255, np.uint8)])
-    assert upscale(model, gray).shape == (12, 10, 3)
-    np.testing.assert_array_equal(upscale(model, rgba), upscale(model, rgba[..., :3]))
+    assert upscale_array(model, gray).shape == (12, 10, 3)
+    np.testing.assert_array_equal(upscale_array(model, rgba), upscale_array(model, rgba[..., :3]))
 
 
 def test_auto_tiling_above_the_pixel_budget(model: TinyConvSR, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,22 +122,22 @@ def test_auto_tiling_above_the_pixel_budget(model: TinyConvSR, monkeypatch: pyte
     monkeypatch.setattr(
         model, "forward", lambda x: calls.append(tuple(x.shape[-2:])) or TinyConvSR.forward(model, x)
     )
-    upscale(model, _image(30, 30), overlap=4)
+    upscale_array(model, _image(30, 30), overlap=4)
     assert calls == [(16, 16)] * 9  # origins 0, 12, 14 on each axis
     calls.clear()
-    upscale(model, _image(20, 20), overlap=4)
+    upscale_array(model, _image(20, 20), overlap=4)
     assert calls == [(20, 20)]
 
 
 def test_tiling_arguments_are_checked(model: TinyConvSR) -> None:
     with pytest.raises(ValueError, match="tile > overlap"):
-        upscale(model, _image(20, 20), tile=8, overlap=8)
+        upscale_array(model, _image(20, 20), tile=8, overlap=8)
 
 
 def test_model_upscaler(model: TinyConvSR) -> None:
     img = _image(10, 9)
     np.testing.assert_array_equal(
-        model_upscaler(model, tile=6, overlap=2)(img), upscale(model, img, tile=6, overlap=2)
+        model_upscaler(model, tile=6, overlap=2)(img), upscale_array(model, img, tile=6, overlap=2)
     )
 
 

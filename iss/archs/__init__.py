@@ -19,8 +19,9 @@ from torch import Tensor, nn
 from iss.registry import ARCHS
 
 from . import cat, edsr, swinir  # noqa: F401  (importing registers the architectures)
+from .common import SCALES
 
-__all__ = ["build", "check_overrides", "list_archs", "load_official"]
+__all__ = ["SCALES", "build", "check_overrides", "list_archs", "load_official"]
 
 # Foreign key layouts are mapped in one function per family (timm's checkpoint_filter_fn); families whose
 # official files already use our names are absent.

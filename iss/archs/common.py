@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 RGB_MEAN = (0.4488, 0.4371, 0.4040)  # DIV2K mean used by EDSR, SwinIR and CAT
-SCALES = (2, 3, 4)
+SCALES = (2, 3, 4)  # the upscaling factors every backbone, benchmark and the app support
 
 
 @dataclass(frozen=True)

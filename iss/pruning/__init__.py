@@ -14,14 +14,19 @@ Methods (``list_methods()``, options with defaults: ``options(method)``):
 * ``iss-r``, ``srp``, ``assl``: growing L2 schedules (``iss.pruning.schedule``): give ``prune_iters`` to fit
   the official schedule's proportions into a short budget, or nothing for the official lengths.
 
-Every method accepts ``include``/``exclude`` (fnmatch globs), ``nm="N:M"``, ``window`` and ``sync_free``
-(default: on for CUDA weights; ``before_step``/``step`` then never make the host wait for the GPU, with
-bit-identical results). A GPU training loop reads telemetry through ``TelemetryRecorder`` (one host copy
-every N iterations) instead of callbacks (one per iteration).
+Every method accepts the ``PruneOptions``: ``include``/``exclude`` (fnmatch globs), ``nm="N:M"``,
+``window`` and ``sync_free`` (default: on for CUDA weights; ``before_step``/``step`` then never make the host
+wait for the GPU, with bit-identical results). A GPU training loop reads telemetry through
+``TelemetryRecorder`` (one host copy every N iterations) instead of callbacks (one per iteration).
+
+A new method is one small file: a ``Pruner`` subclass registered with ``@PRUNERS.register(name)`` that
+overrides the extension points ``Pruner`` documents (``prune_step``, ``regularize``, ``setup``, ...), imported
+below so that it registers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
@@ -30,11 +35,11 @@ from torch import nn
 from iss.registry import PRUNERS
 
 from . import assl, iht, iss_p, iss_r, l1, scratch, srp  # noqa: F401  (registration)
-from .base import Pruner, TelemetryRecorder
-from .telemetry import StepStats
+from .base import PruneOptions, Pruner
+from .telemetry import StepStats, TelemetryRecorder
 
 _PAPER_ORDER = ("scratch", "l1", "iht", "iss-r", "iss-p", "srp", "assl")
-__all__ = ["Pruner", "StepStats", "TelemetryRecorder", "build", "list_methods", "options"]
+__all__ = ["PruneOptions", "Pruner", "StepStats", "TelemetryRecorder", "build", "list_methods", "options"]
 
 
 def list_methods() -> list[str]:
@@ -45,9 +50,10 @@ def list_methods() -> list[str]:
 
 
 def options(method: str) -> dict[str, Any]:
-    """The keyword options of a method with their defaults (``inspect`` of its constructor)."""
+    """The options of a method with their defaults: its own keyword arguments, then ``PruneOptions``."""
     params = inspect.signature(PRUNERS.get(method)).parameters
-    return {n: p.default for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    own = {n: p.default for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return {**own, **dataclasses.asdict(PruneOptions())}
 
 
 def build(method: str, model: nn.Module, ratio: float, **kwargs: Any) -> Pruner:
@@ -56,4 +62,7 @@ def build(method: str, model: nn.Module, ratio: float, **kwargs: Any) -> Pruner:
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for '{method}'; accepted: {', '.join(accepted)}")
-    return PRUNERS.get(method)(model, ratio, **kwargs)
+    shared = {f.name for f in dataclasses.fields(PruneOptions)}
+    common = PruneOptions(**{k: v for k, v in kwargs.items() if k in shared})
+    own = {k: v for k, v in kwargs.items() if k not in shared}
+    return PRUNERS.get(method)(model, ratio, common, **own)

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from iss.registry import PRUNERS
 
-from .base import LayerGroup
+from .base import LayerGroup, PruneOptions
 from .iss_r import GrowingL2
 from .schedule import ETA_INTERVAL, ETA_MAX, SSA_ITERS, STABILIZE_ITERS, growth_schedule
 
@@ -47,6 +47,7 @@ class ASSL(GrowingL2):
         self,
         model: nn.Module,
         ratio: float,
+        options: PruneOptions | None = None,
         *,
         prune_iters: int | None = None,
         ssa_iters: int | None = None,
@@ -57,11 +58,6 @@ class ASSL(GrowingL2):
         lw_spr: float = 1.0,
         temperature: float = 0.1,
         constrain: Sequence[str] | None = None,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
     ) -> None:
         if lw_spr < 0 or temperature <= 0:
             raise ValueError(f"need lw_spr >= 0 and temperature > 0, got {lw_spr} and {temperature}")
@@ -73,16 +69,14 @@ class ASSL(GrowingL2):
             stabilize_iters=stabilize_iters, ssa_iters=ssa_iters,
             official_stabilize=STABILIZE_ITERS, official_ssa=SSA_ITERS,
         )  # fmt: skip
-        super().__init__(
-            model, ratio, schedule=schedule, include=include, exclude=exclude, nm=nm, window=window,
-            sync_free=sync_free,
-        )  # fmt: skip
+        super().__init__(model, ratio, options, schedule=schedule)
 
-    def _setup(self) -> None:
-        super()._setup()
+    def setup(self) -> None:
+        """Zero penalties, and which rows of each group are constrained and aligned with which."""
+        super().setup()
         self._constrained = []  # per group: (layers, 1) bool
         self._aligned = []  # per group: (row-index tensor, rows) of same-shape constrained layers (2 or more)
-        for g in self._groups:
+        for g in self.groups:
             flags = [
                 self.constrain is None or any(fnmatchcase(n, p) for p in self.constrain) for n in g.names
             ]
@@ -94,24 +88,25 @@ class ASSL(GrowingL2):
             rows = [(torch.tensor(r, device=g.kept.device), r) for r in by_shape.values() if len(r) > 1]
             self._aligned.append(rows)
 
-    def _regularize(self) -> None:
+    def regularize(self) -> None:
+        """SSA phase: re-pick and align the constrained layers; then SRP's growing L2."""
         ssa = self.schedule.ssa_iters
         if self.iteration < ssa:
-            self._reselect(fixed_rows=[~c for c in self._constrained])
+            self.reselect(fixed_rows=[~c for c in self._constrained])
             self._align()
             if self.iteration % self.schedule.eta_interval == 0:
-                self._grow(rows=[~c for c in self._constrained])
+                self.grow(rows=[~c for c in self._constrained])
         elif self.iteration == ssa:
-            self._reselect()
+            self.reselect()
         if self.schedule.grows_at(self.iteration, start=ssa):
-            self._grow()
-        self._apply_l2()
+            self.grow()
+        self.apply_l2()
 
     def _align(self) -> None:
         """Add the gradient of the soft-mask alignment term to the constrained layers' weight gradients."""
         if self.lw_spr == 0:
             return
-        for g, groups in zip(self._groups, self._aligned, strict=True):
+        for g, groups in zip(self.groups, self._aligned, strict=True):
             if not groups or g.tau is None:
                 continue
             soft, scale = self._soft_masks(g)
@@ -130,7 +125,7 @@ class ASSL(GrowingL2):
     def alignment_loss(self) -> float:
         """Current value of the alignment term (without ``lw_spr``), for tests and logs."""
         total = 0.0
-        for g, groups in zip(self._groups, self._aligned, strict=True):
+        for g, groups in zip(self.groups, self._aligned, strict=True):
             if groups and g.tau is not None:
                 soft, _ = self._soft_masks(g)
                 for index, rows in groups:

@@ -325,18 +325,11 @@ class LayerGroup:
         return entry
 
 
-class Pruner:
-    """Base class: owns the layers, exact per-layer selection, masks, the stage switch and telemetry.
-
-    A method sets ``prune_iters`` and overrides a hook or two: ``_initial_selection`` (which weights start
-    unimportant), ``_setup`` (once at build), ``_regularize`` (in ``before_step`` while pruning) and
-    ``_prune_step`` (in ``step`` while pruning). After ``prune_iters`` calls of ``step()`` the last
-    selection is frozen into a hard 0/1 mask, applied at once and after every later step.
+@dataclass(frozen=True)
+class PruneOptions:
+    """What every method accepts besides its own hyperparameters: which layers, N:M mode, telemetry, sync.
 
     Args:
-        model: any module; the weights of its Conv2d and Linear layers are pruned (not biases, norms, tables).
-        ratio: fraction r of each layer's weights that is unimportant, ``ceil(r * n)`` per layer.
-        prune_iters: iterations of the pruning stage (K_p); 0 freezes the first selection at once.
         include: fnmatch globs on module or weight names; only matching layers are pruned.
         exclude: fnmatch globs of layers left dense.
         nm: ``"N:M"``: the N smallest of each M consecutive weights (flattened) are unimportant.
@@ -345,48 +338,73 @@ class Pruner:
             ``None``: on when the weights are on CUDA. Results are identical either way.
     """
 
+    include: Sequence[str] | None = None
+    exclude: Sequence[str] | None = None
+    nm: str | None = None
+    window: int = 100
+    sync_free: bool | None = None
+
+
+class Pruner:
+    """Base class: owns the layers, exact per-layer selection, masks, the stage switch and telemetry.
+
+    After ``prune_iters`` calls of ``step()`` the last selection is frozen into a hard 0/1 mask, applied at
+    once and after every later step. A method is a subclass in its own file, registered with
+    ``@PRUNERS.register(name)``, whose constructor takes ``(model, ratio, options)`` plus its own keyword-only
+    hyperparameters and passes ``prune_iters`` up. It overrides one or two of these extension points (all
+    run under ``torch.no_grad()``; the defaults do nothing):
+
+    * ``initial_selection()``: which weights start unimportant (default: the exact |w| selection);
+    * ``setup()``: once at build, after the first selection;
+    * ``regularize()``: in ``before_step()`` while pruning (gradients exist), e.g. a growing L2 term;
+    * ``prune_step()``: in ``step()`` while pruning, after the optimizer step, e.g. ``reselect()`` then
+      ``shrink(alpha)``;
+    * ``extra_state()`` / ``load_extra_state(state)``: a method's own tensors for exact resume.
+
+    The helpers they build on: ``groups`` (the pruned layers stacked by size, ``LayerGroup``),
+    ``reselect()`` and ``shrink(alpha)``.
+
+    Args:
+        model: any module; the weights of its Conv2d and Linear layers are pruned (not biases, norms, tables).
+        ratio: fraction r of each layer's weights that is unimportant, ``ceil(r * n)`` per layer.
+        options: layers, N:M mode, telemetry window and sync-free mode (``PruneOptions``; defaults if None).
+        prune_iters: iterations of the pruning stage (K_p); 0 freezes the first selection at once.
+    """
+
     method: ClassVar[str] = ""
 
     def __init__(
-        self,
-        model: nn.Module,
-        ratio: float,
-        *,
-        prune_iters: int,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
+        self, model: nn.Module, ratio: float, options: PruneOptions | None = None, *, prune_iters: int
     ) -> None:
+        options = PruneOptions() if options is None else options
         self.ratio = check_ratio(ratio)
         if isinstance(prune_iters, bool) or not isinstance(prune_iters, int) or prune_iters < 0:
             raise ValueError(f"prune_iters must be an integer >= 0, got {prune_iters!r}")
         self.prune_iters = prune_iters
-        self.nm = parse_nm(nm, self.ratio)
+        self.nm = parse_nm(options.nm, self.ratio)
         self.iteration = 0
         self.stage = "prune"
         self._shrink_alpha: float | None = None  # the factor the groups' "scale" buffers hold
         self._callbacks: list[Callable[[StepStats], Any]] = []
-        self._groups, self._order = self._make_groups(find_layers(model, include, exclude))
-        device = self._groups[0].kept.device
-        self.sync_free = device.type == "cuda" if sync_free is None else bool(sync_free)
+        self.groups, self._order = self._make_groups(find_layers(model, options.include, options.exclude))
+        device = self.groups[0].kept.device
+        self.sync_free = device.type == "cuda" if options.sync_free is None else bool(options.sync_free)
         offsets = [0]
-        for g in self._groups:
+        for g in self.groups:
             offsets.append(offsets[-1] + len(g.names))
         self._model_order = torch.tensor([offsets[gi] + ri for _, (gi, ri) in self._order], device=device)
-        self._layer_sizes = [self._groups[gi].n for _, (gi, _) in self._order]
+        self._layer_sizes = [self.groups[gi].n for _, (gi, _) in self._order]
         self._kept_ratio = {
-            name: 1.0 - self._groups[gi].k / self._groups[gi].n for name, (gi, _) in self._order
+            name: 1.0 - self.groups[gi].k / self.groups[gi].n for name, (gi, _) in self._order
         }
         self._masks: dict[str, Tensor] | None = None
         self._had_grads = self._stats_have_grads = False
         self._stats: StepStats | None = None
         with torch.no_grad():
-            for group, kept in zip(self._groups, self._initial_selection(), strict=True):
+            for group, kept in zip(self.groups, self.initial_selection(), strict=True):
                 group.kept.copy_(kept)
-            self._tracker = DriftTracker([g.kept for g in self._groups], window)
-            self._setup()
+            self._tracker = DriftTracker([g.kept for g in self.groups], options.window)
+            self.setup()
             if self.prune_iters == 0:
                 self._freeze()
 
@@ -396,7 +414,7 @@ class Pruner:
         """Layer weight name -> bool mask shaped like the weight, True = kept (live views: clone to keep)."""
         if self._masks is None:
             self._masks = {}
-            for g in self._groups:
+            for g in self.groups:
                 for name, module, row in zip(g.names, g.modules, g.kept, strict=True):
                     self._masks[name] = row.view(module.weight.shape)
         return self._masks
@@ -410,17 +428,17 @@ class Pruner:
     def before_step(self) -> None:
         """Call after ``loss.backward()``, before ``optimizer.step()``: gradient telemetry, regularisation."""
         self._had_grads = True
-        for g in self._groups:
+        for g in self.groups:
             g.grad_sums = grad_sums(self._stack_grads(g), g.buffer("magnitudes", g.params[0].dtype))
         if self.stage == "prune":
-            self._regularize()
+            self.regularize()
 
     @torch.no_grad()
     def step(self) -> None:
         """Call right after every ``optimizer.step()``: shrink/mask in place, switch stage, emit telemetry."""
         self.iteration += 1
         if self.stage == "prune":
-            self._prune_step()
+            self.prune_step()
             if self.iteration >= self.prune_iters:
                 self._freeze()
         else:
@@ -448,7 +466,7 @@ class Pruner:
     def telemetry(self) -> DeviceStats:
         """Telemetry of the last iteration as one device tensor, without host sync (``TelemetryRecorder``)."""
         blocks = []
-        for g, flips in zip(self._groups, self._tracker.last_flips, strict=True):
+        for g, flips in zip(self.groups, self._tracker.last_flips, strict=True):
             if self._stats_have_grads:
                 moments = grad_moments(g.grad_sums, g.n)
             else:
@@ -487,10 +505,10 @@ class Pruner:
             "iteration": self.iteration,
             "stage": self.stage,
             "names": self.layer_names,
-            "kept": [g.kept.clone() for g in self._groups],
-            "tau": [torch.empty(0) if g.tau is None else g.tau.clone() for g in self._groups],
+            "kept": [g.kept.clone() for g in self.groups],
+            "tau": [torch.empty(0) if g.tau is None else g.tau.clone() for g in self.groups],
             "tracker": self._tracker.state_dict(),
-            "extra": self._extra_state(),
+            "extra": self.extra_state(),
         }
 
     @torch.no_grad()
@@ -514,7 +532,7 @@ class Pruner:
             )
         if state["stage"] not in STAGES:
             raise ValueError(f"bad pruner stage {state['stage']!r}")
-        for g, kept, tau in zip(self._groups, state["kept"], state["tau"], strict=True):
+        for g, kept, tau in zip(self.groups, state["kept"], state["tau"], strict=True):
             g.kept.copy_(kept)
             g.tau = (
                 tau.to(g.kept.device).clone() if tau.numel() else None
@@ -526,28 +544,29 @@ class Pruner:
         if self.stage == "finetune":
             self._make_hard()
         self._tracker.load_state_dict(state["tracker"])
-        self._load_extra_state(state["extra"])
+        self.load_extra_state(state["extra"])
         self._stats = None
 
-    # ----- hooks for methods -----
-    def _initial_selection(self) -> list[Tensor]:
-        """Kept-masks at build time (iteration 0): by default the exact |w| selection."""
-        return [~self._select(g) for g in self._groups]
+    # ----- extension points (methods override these) -----
+    def initial_selection(self) -> list[Tensor]:
+        """Kept-masks per group at build time (iteration 0): by default the exact |w| selection."""
+        return [~self._select(g) for g in self.groups]
 
-    def _setup(self) -> None:
+    def setup(self) -> None:
         """Once at build, after the first selection."""
 
-    def _regularize(self) -> None:
+    def regularize(self) -> None:
         """In ``before_step`` during the pruning stage (gradients exist)."""
 
-    def _prune_step(self) -> None:
+    def prune_step(self) -> None:
         """In ``step`` during the pruning stage, after ``iteration`` was incremented."""
 
-    def _extra_state(self) -> dict[str, Any]:
+    def extra_state(self) -> dict[str, Any]:
+        """The method's own state for ``state_dict`` (tensors and plain types)."""
         return {}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what ``_extra_state`` saved."""
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``extra_state`` saved."""
 
     # ----- helpers for methods -----
     def _select(self, g: LayerGroup, a: Tensor | None = None) -> Tensor:
@@ -568,7 +587,7 @@ class Pruner:
             g.tau = torch.where(moved, gap, g.tau)
         return below
 
-    def _reselect(self, fixed_rows: list[Tensor] | None = None) -> None:
+    def reselect(self, fixed_rows: list[Tensor] | None = None) -> None:
         """Re-pick unimportant weights by |w| (rows flagged in ``fixed_rows`` keep theirs); count flips.
 
         Sync-free mode selects every row. The fast path compares ``|w| > tau`` (tau from the last
@@ -576,7 +595,7 @@ class Pruner:
         skipping unchanged groups: a row where it still matches is exact, since its old mask has ``n - k``
         entries above tau and the rest at or below, so the k smallest are those.
         """
-        for i, g in enumerate(self._groups):
+        for i, g in enumerate(self.groups):
             a = g.magnitudes()
             if self.sync_free or self.nm is not None or g.tau is None:
                 rows, kept = g.rows, ~self._select(g, a)
@@ -598,13 +617,13 @@ class Pruner:
             g.kept.index_copy_(0, rows, kept)
             g.scale_ready = False
 
-    def _shrink(self, alpha: float) -> None:
+    def shrink(self, alpha: float) -> None:
         """Multiply the unimportant weights by ``alpha`` in place (0 = hard thresholding)."""
         if alpha != self._shrink_alpha:  # a scheduled alpha: rebuild the factors
             self._shrink_alpha = alpha
-            for g in self._groups:
+            for g in self.groups:
                 g.scale_ready = False
-        for g in self._groups:
+        for g in self.groups:
             scale, views = g.slot("scale", g.params[0].dtype)
             if not g.scale_ready:
                 keep, shrink = scale.new_ones(()), scale.new_full((), alpha)
@@ -619,13 +638,13 @@ class Pruner:
         self._apply_hard_mask()
 
     def _make_hard(self) -> None:
-        for g in self._groups:
+        for g in self.groups:
             g.hard = g.shaped(g.kept.to(g.params[0].dtype))
             g.release("scale")
             g.scale_ready = False
 
     def _apply_hard_mask(self) -> None:
-        for g in self._groups:
+        for g in self.groups:
             torch._foreach_mul_(g.params, g.hard)
 
     def _stack_grads(self, g: LayerGroup) -> Tensor:
@@ -656,53 +675,3 @@ class Pruner:
             w = g.modules[0].weight
             g.kept = torch.ones(len(g.modules), g.n, dtype=torch.bool, device=w.device)
         return groups, order
-
-
-class TelemetryRecorder:
-    """Every iteration's telemetry of a pruner kept on its device, turned into ``StepStats`` in batches.
-
-    For training loops on a GPU, where ``pruner.stats`` or a callback would make the host wait for the device
-    each iteration: ``record`` after every ``pruner.step()`` only queues device ops, and ``flush`` (e.g. every
-    100 iterations, when the loss is checked anyway) copies all queued iterations to the host at once::
-
-        recorder = TelemetryRecorder(pruner)
-        for iteration, (lr, hr) in enumerate(batches, 1):
-            ...  # backward, pruner.before_step(), optimizer.step(), pruner.step()
-            recorder.record(loss.detach())
-            if iteration % 100 == 0:
-                for stats, loss_value in recorder.flush():
-                    trace.observe(stats)
-                    trace.commit(stats.iteration, loss_value)
-    """
-
-    def __init__(self, pruner: Pruner) -> None:
-        self.pruner = pruner
-        self._pending: list[tuple[DeviceStats, Tensor]] = []
-
-    def __len__(self) -> int:
-        """Iterations recorded since the last flush."""
-        return len(self._pending)
-
-    def record(self, loss: Tensor | float | None = None) -> None:
-        """Queue the telemetry of the iteration the pruner just closed, with its loss (a tensor on the
-        pruner's device or a number; NaN if not given). No host sync."""
-        stats = self.pruner.telemetry()
-        if isinstance(loss, Tensor):
-            value = loss.detach().reshape(()).to(stats.values.dtype)
-        else:
-            value = stats.values.new_full((), math.nan if loss is None else float(loss))
-        self._pending.append((stats, value))
-
-    def flush(self) -> list[tuple[StepStats, float]]:
-        """The queued iterations as ``(StepStats, loss)``, oldest first (one host copy); empties the queue."""
-        if not self._pending:
-            return []
-        values = torch.stack([s.values for s, _ in self._pending])
-        losses = torch.stack([loss for _, loss in self._pending])
-        rows = torch.cat((values, losses.unsqueeze(1)), 1).tolist()
-        out = [
-            (self.pruner.step_stats(s, row[:-1]), row[-1])
-            for (s, _), row in zip(self._pending, rows, strict=True)
-        ]
-        self._pending.clear()
-        return out

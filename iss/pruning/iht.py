@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from torch import nn
 
 from iss.registry import PRUNERS
 
+from .base import PruneOptions
 from .iss_p import ISSP, PAPER_PRUNE_ITERS
 
 
@@ -26,15 +25,8 @@ class IHT(ISSP):
         self,
         model: nn.Module,
         ratio: float,
+        options: PruneOptions | None = None,
         *,
         prune_iters: int = PAPER_PRUNE_ITERS,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
     ) -> None:
-        super().__init__(
-            model, ratio, alpha=0.0, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm,
-            window=window, sync_free=sync_free,
-        )  # fmt: skip
+        super().__init__(model, ratio, options, alpha=0.0, prune_iters=prune_iters)

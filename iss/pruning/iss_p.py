@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from torch import nn
 
 from iss.registry import PRUNERS
 
-from .base import Pruner
+from .base import PruneOptions, Pruner
 
 PAPER_PRUNE_ITERS = 100_000  # K_p of the paper (Sec. 4, implementation details)
 
@@ -34,15 +32,11 @@ class ISSP(Pruner):
         self,
         model: nn.Module,
         ratio: float,
+        options: PruneOptions | None = None,
         *,
         alpha: float = 0.95,
         alpha_ramp: int = 0,
         prune_iters: int = PAPER_PRUNE_ITERS,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
     ) -> None:
         if not 0.0 <= alpha < 1.0:
             raise ValueError(
@@ -52,16 +46,14 @@ class ISSP(Pruner):
             raise ValueError(f"alpha_ramp must be an integer >= 0 (iterations), got {alpha_ramp!r}")
         self.alpha = float(alpha)
         self.alpha_ramp = alpha_ramp
-        super().__init__(
-            model, ratio, prune_iters=prune_iters, include=include, exclude=exclude, nm=nm, window=window,
-            sync_free=sync_free,
-        )  # fmt: skip
+        super().__init__(model, ratio, options, prune_iters=prune_iters)
 
     def current_alpha(self) -> float:
         """The shrink factor of this iteration: ``alpha``, falling to 0 over the ramp's last iterations."""
         left = self.prune_iters - self.iteration
         return self.alpha * min(1.0, left / self.alpha_ramp) if self.alpha_ramp else self.alpha
 
-    def _prune_step(self) -> None:
-        self._reselect()
-        self._shrink(self.current_alpha())
+    def prune_step(self) -> None:
+        """Re-select, then multiply the unimportant weights by this iteration's alpha."""
+        self.reselect()
+        self.shrink(self.current_alpha())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -10,7 +9,7 @@ from torch import Tensor, nn
 
 from iss.registry import PRUNERS
 
-from .base import Pruner
+from .base import PruneOptions, Pruner
 from .schedule import ETA_INTERVAL, ETA_MAX, GrowthSchedule, growth_schedule
 
 
@@ -23,43 +22,47 @@ class GrowingL2(Pruner):
     derivative of ``eta/2 * w^2``; the paper's Eq. (ISS-R) writes the step as ``- 2 eta theta``.
     """
 
-    def __init__(self, model: nn.Module, ratio: float, *, schedule: GrowthSchedule, **base: Any) -> None:
+    def __init__(
+        self, model: nn.Module, ratio: float, options: PruneOptions | None, *, schedule: GrowthSchedule
+    ) -> None:
         self.schedule = schedule
-        super().__init__(model, ratio, prune_iters=schedule.prune_iters, **base)
+        super().__init__(model, ratio, options, prune_iters=schedule.prune_iters)
 
     @property
     def eta(self) -> dict[str, Tensor]:
         """Layer weight name -> current penalty per weight (shaped like the weight)."""
         return {
             name: row.view(module.weight.shape)
-            for g, eta in zip(self._groups, self._eta, strict=True)
+            for g, eta in zip(self.groups, self._eta, strict=True)
             for name, module, row in zip(g.names, g.modules, eta, strict=True)
         }
 
-    def _setup(self) -> None:
+    def setup(self) -> None:
+        """A zero penalty per pruned weight."""
         self._eta = [
-            torch.zeros(g.kept.shape, dtype=g.params[0].dtype, device=g.kept.device) for g in self._groups
+            torch.zeros(g.kept.shape, dtype=g.params[0].dtype, device=g.kept.device) for g in self.groups
         ]
-        self._eta_views = [g.shaped(eta) for g, eta in zip(self._groups, self._eta, strict=True)]
+        self._eta_views = [g.shaped(eta) for g, eta in zip(self.groups, self._eta, strict=True)]
 
-    def _grow(self, rows: list[Tensor] | None = None) -> None:
+    def grow(self, rows: list[Tensor] | None = None) -> None:
         """``eta += delta`` on the unimportant weights (of the flagged rows only, if given), capped."""
-        for i, (g, eta) in enumerate(zip(self._groups, self._eta, strict=True)):
+        for i, (g, eta) in enumerate(zip(self.groups, self._eta, strict=True)):
             grow = ~g.kept if rows is None else ~g.kept & rows[i]
             eta.add_(grow.to(eta.dtype), alpha=self.schedule.delta).clamp_(max=self.schedule.eta_max)
 
-    def _apply_l2(self) -> None:
+    def apply_l2(self) -> None:
         """``grad += eta * w`` for every pruned weight that has a gradient."""
-        for g, etas in zip(self._groups, self._eta_views, strict=True):
+        for g, etas in zip(self.groups, self._eta_views, strict=True):
             have = [(p.grad, e, p) for p, e in zip(g.params, etas, strict=True) if p.grad is not None]
             if have:
                 grads, eta, weights = (list(x) for x in zip(*have, strict=True))
                 torch._foreach_addcmul_(grads, eta, weights)
 
-    def _extra_state(self) -> dict[str, Any]:
+    def extra_state(self) -> dict[str, Any]:
+        """The penalties ``eta``."""
         return {"eta": [e.clone() for e in self._eta]}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         for eta, saved in zip(self._eta, state["eta"], strict=True):
             eta.copy_(saved)
 
@@ -81,25 +84,19 @@ class ISSR(GrowingL2):
         self,
         model: nn.Module,
         ratio: float,
+        options: PruneOptions | None = None,
         *,
         prune_iters: int | None = None,
         delta: float | None = None,
         eta_interval: int = ETA_INTERVAL,
         eta_max: float = ETA_MAX,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
     ) -> None:
         schedule = growth_schedule(prune_iters, delta=delta, eta_interval=eta_interval, eta_max=eta_max)
-        super().__init__(
-            model, ratio, schedule=schedule, include=include, exclude=exclude, nm=nm, window=window,
-            sync_free=sync_free,
-        )  # fmt: skip
+        super().__init__(model, ratio, options, schedule=schedule)
 
-    def _regularize(self) -> None:
+    def regularize(self) -> None:
+        """On growth iterations re-pick and grow eta there; always ``grad += eta * w``."""
         if self.schedule.grows_at(self.iteration):
-            self._reselect()
-            self._grow()
-        self._apply_l2()
+            self.reselect()
+            self.grow()
+        self.apply_l2()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from torch import nn
 
 from iss.registry import PRUNERS
 
-from .base import Pruner
+from .base import PruneOptions, Pruner
 
 
 @PRUNERS.register("l1")
@@ -22,18 +20,5 @@ class L1(Pruner):
 
     method = "l1"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        ratio: float,
-        *,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
-    ) -> None:
-        super().__init__(
-            model, ratio, prune_iters=0, include=include, exclude=exclude, nm=nm, window=window,
-            sync_free=sync_free,
-        )  # fmt: skip
+    def __init__(self, model: nn.Module, ratio: float, options: PruneOptions | None = None) -> None:
+        super().__init__(model, ratio, options, prune_iters=0)

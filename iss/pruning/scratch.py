@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch import Tensor, nn
 
 from iss.registry import PRUNERS
 
-from .base import Pruner, select_nm, select_smallest
+from .base import PruneOptions, Pruner, select_nm, select_smallest
 
 
 @PRUNERS.register("scratch")
@@ -29,33 +27,28 @@ class Scratch(Pruner):
         self,
         model: nn.Module,
         ratio: float,
+        options: PruneOptions | None = None,
         *,
         seed: int = 0,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
     ) -> None:
         self.seed = seed
-        super().__init__(
-            model, ratio, prune_iters=0, include=include, exclude=exclude, nm=nm, window=window,
-            sync_free=sync_free,
-        )  # fmt: skip
+        super().__init__(model, ratio, options, prune_iters=0)
 
-    def _initial_selection(self) -> list[Tensor]:
+    def initial_selection(self) -> list[Tensor]:
+        """A random selection per layer, from a generator seeded with ``seed``."""
         gen = torch.Generator().manual_seed(self.seed)
         kept = []
-        for g in self._groups:
+        for g in self.groups:
             scores = torch.rand(g.kept.shape, generator=gen)
             below = select_nm(scores, *self.nm) if self.nm else select_smallest(scores, g.k)[0]
             kept.append(~below.to(g.kept.device))
         return kept
 
-    def _setup(self) -> None:
-        cuda = sorted({g.kept.device.index or 0 for g in self._groups if g.kept.device.type == "cuda"})
+    def setup(self) -> None:
+        """Fresh initialisation of the pruned modules under ``seed`` (the global RNG is left as it was)."""
+        cuda = sorted({g.kept.device.index or 0 for g in self.groups if g.kept.device.type == "cuda"})
         with torch.random.fork_rng(devices=cuda):
             torch.manual_seed(self.seed)
-            for g in self._groups:
+            for g in self.groups:
                 for module in g.modules:
                     module.reset_parameters()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from torch import nn
 
 from iss.registry import PRUNERS
 
+from .base import PruneOptions
 from .iss_r import GrowingL2
 from .schedule import ETA_INTERVAL, ETA_MAX, STABILIZE_ITERS, growth_schedule
 
@@ -30,28 +29,22 @@ class SRP(GrowingL2):
         self,
         model: nn.Module,
         ratio: float,
+        options: PruneOptions | None = None,
         *,
         prune_iters: int | None = None,
         delta: float | None = None,
         eta_interval: int = ETA_INTERVAL,
         eta_max: float = ETA_MAX,
         stabilize_iters: int | None = None,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        nm: str | None = None,
-        window: int = 100,
-        sync_free: bool | None = None,
     ) -> None:
         schedule = growth_schedule(
             prune_iters, delta=delta, eta_interval=eta_interval, eta_max=eta_max,
             stabilize_iters=stabilize_iters, official_stabilize=STABILIZE_ITERS,
         )  # fmt: skip
-        super().__init__(
-            model, ratio, schedule=schedule, include=include, exclude=exclude, nm=nm, window=window,
-            sync_free=sync_free,
-        )  # fmt: skip
+        super().__init__(model, ratio, options, schedule=schedule)
 
-    def _regularize(self) -> None:
+    def regularize(self) -> None:
+        """Grow eta on the fixed set on growth iterations; always ``grad += eta * w``."""
         if self.schedule.grows_at(self.iteration):
-            self._grow()
-        self._apply_l2()
+            self.grow()
+        self.apply_l2()

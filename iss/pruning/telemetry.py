@@ -25,9 +25,12 @@ Definitions (per layer l with n_l weights; masks are True = kept):
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -256,3 +259,61 @@ class DriftTracker:
         self._changed = [False] * len(self.masks)
         self.flips = [torch.zeros_like(f) for f in self.flips]
         self.last_flips = [torch.zeros_like(f) for f in self.flips]
+
+
+class TelemetrySource(Protocol):
+    """What ``TelemetryRecorder`` reads from a pruner (``iss.pruning.Pruner`` is one)."""
+
+    def telemetry(self) -> DeviceStats: ...
+
+    def step_stats(self, record: DeviceStats, values: Sequence[float]) -> StepStats: ...
+
+
+class TelemetryRecorder:
+    """Every iteration's telemetry of a pruner kept on its device, turned into ``StepStats`` in batches.
+
+    For training loops on a GPU, where ``pruner.stats`` or a callback would make the host wait for the device
+    each iteration: ``record`` after every ``pruner.step()`` only queues device ops, and ``flush`` (e.g. every
+    100 iterations, when the loss is checked anyway) copies all queued iterations to the host at once::
+
+        recorder = TelemetryRecorder(pruner)
+        for iteration, (lr, hr) in enumerate(batches, 1):
+            ...  # backward, pruner.before_step(), optimizer.step(), pruner.step()
+            recorder.record(loss.detach())
+            if iteration % 100 == 0:
+                for stats, loss_value in recorder.flush():
+                    trace.observe(stats)
+                    trace.commit(stats.iteration, loss_value)
+    """
+
+    def __init__(self, pruner: TelemetrySource) -> None:
+        self.pruner = pruner
+        self._pending: list[tuple[DeviceStats, Tensor]] = []
+
+    def __len__(self) -> int:
+        """Iterations recorded since the last flush."""
+        return len(self._pending)
+
+    def record(self, loss: Tensor | float | None = None) -> None:
+        """Queue the telemetry of the iteration the pruner just closed, with its loss (a tensor on the
+        pruner's device or a number; NaN if not given). No host sync."""
+        stats = self.pruner.telemetry()
+        if isinstance(loss, Tensor):
+            value = loss.detach().reshape(()).to(stats.values.dtype)
+        else:
+            value = stats.values.new_full((), math.nan if loss is None else float(loss))
+        self._pending.append((stats, value))
+
+    def flush(self) -> list[tuple[StepStats, float]]:
+        """The queued iterations as ``(StepStats, loss)``, oldest first (one host copy); empties the queue."""
+        if not self._pending:
+            return []
+        values = torch.stack([s.values for s, _ in self._pending])
+        losses = torch.stack([loss for _, loss in self._pending])
+        rows = torch.cat((values, losses.unsqueeze(1)), 1).tolist()
+        out = [
+            (self.pruner.step_stats(s, row[:-1]), row[-1])
+            for (s, _), row in zip(self._pending, rows, strict=True)
+        ]
+        self._pending.clear()
+        return out

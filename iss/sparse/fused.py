@@ -22,14 +22,16 @@ at a time, each reading and writing a full activation tensor:
   and v from the qkv rows), its MLP half per chunk of tokens, with the hidden layer in cache
   (:class:`FusedCATBlock`).
 
-Like the layers, a fused Swin or CAT block times itself against the per-layer path on its first call and keeps
-the faster (EDSR's fusion cannot lose: it is the same kernel, minus passes). Both need the compiled kernels;
-without them the per-layer path runs unchanged.
+Like the layers, a fused Swin or CAT block decides on its first call: fused when its Linears are all clear
+calls (:mod:`.decisions`), else by a timing against the per-layer path (this machine's from an earlier
+process, or measured then), keeping the faster (EDSR's fusion cannot lose: it is the same kernel, minus
+passes). Both need the compiled kernels; without them the per-layer path runs unchanged.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -39,7 +41,7 @@ from iss.archs.common import shifted_window_mask, to_image, to_tokens
 from iss.archs.edsr import ResidualBlock
 from iss.archs.swinir import RSTB, PatchEmbed, SwinTransformerBlock
 
-from . import kernels
+from . import decisions, kernels
 from .layers import LANES, LINEAR_BUFFER_BYTES, SparseConv2d, SparseLinear, _Plan, read_channels
 from .threads import pool_threads, run_chunks
 
@@ -144,7 +146,10 @@ class FusedSwinBlock(nn.Module):
         zeros = tuple(round(layer.zeros, 3) for layer in _linears(self.block))
         key = ("swin", c, self._weights.heads, self._weights.window_size, self._weights.shift > 0, *size,
                x.shape[0], zeros, pool_threads())  # fmt: skip
-        use_fused = self._plan.use_sparse(key, lambda: self.block(x, size), lambda: self._fused(x, size))
+        clear = _clear(_linears(self.block), x, self._plan)
+        use_fused = self._plan.use_sparse(
+            key, lambda: self.block(x, size), lambda: self._fused(x, size), clear
+        )
         self.mode = "fused" if use_fused else "layers"
         if use_fused:
             self.block = None
@@ -204,7 +209,11 @@ class FusedCATBlock(nn.Module):
         if self.mode == "undecided":
             windows = [(a.window, a.shift, a.heads) for a in self._attentions]
             key = ("cat", x.shape[-1], *windows, *size, x.shape[0], pool_threads())
-            fused = self._plan.use_sparse(key, lambda: self.block(x, size), lambda: self._fused(x, size))
+            linears = [m for m in self.block.modules() if isinstance(m, SparseLinear)]
+            clear = bool(linears) and _clear(linears, x, self._plan)
+            fused = self._plan.use_sparse(
+                key, lambda: self.block(x, size), lambda: self._fused(x, size), clear
+            )
             self.mode = "fused" if fused else "layers"
         return self._fused(x, size) if self.mode == "fused" else self.block(x, size)
 
@@ -290,6 +299,14 @@ def _window_attention(
     result = kernels.WindowAttention(attn.window, shift, attn.num_heads, channels, first, position_bias, mask)
     result.check()
     return result
+
+
+def _clear(linears: Sequence[nn.Module], x: Tensor, plan: _Plan) -> bool:
+    """Whether a block of these sparse Linears on tokens ``x`` runs fused without timing: all of them are
+    clear calls (:func:`.decisions.clear`), their work counted together."""
+    zeros = min(layer.zeros for layer in linears)
+    work = sum(x.numel() * layer.out_features for layer in linears)
+    return decisions.clear(zeros, work, x, plan.min_speedup)
 
 
 def _linears(block: SwinTransformerBlock) -> tuple[nn.Module, ...]:

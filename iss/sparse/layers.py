@@ -14,9 +14,11 @@ float64) the same layers use a pure-PyTorch path: one MKL CSR product per kernel
 of the padded input (no im2col), and channel-major MKL products for Linears; about half as fast.
 
 Whether sparse wins depends on the density, the layer shape, the input size and the thread count. So each
-converted layer decides on its first call: it times its dense and sparse kernels, alternately, on that call's
-input and keeps the faster one (layers with the same shape, density, input size and thread count share one
-measurement). The representation not chosen is dropped. Inference only, CPU only. With several threads the
+converted layer decides on its first call: a clear call (very sparse, enough work, the C kernel) runs sparse;
+otherwise it reuses this machine's timing of the same layer and input from an earlier process, or times its
+dense and sparse kernels, alternately, on that call's input and keeps the faster one (layers with the same
+shape, density, input size and thread count share one measurement; :mod:`.decisions`). The representation
+not chosen is dropped. Inference only, CPU only. With several threads the
 tiles are spread over a small pool of Python threads (the kernels release the GIL): this avoids an OpenMP
 barrier per call, which stalls badly on a shared CPU (:mod:`.threads`).
 """
@@ -34,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import kernels
+from . import decisions, kernels
 from .threads import pool_threads, run_chunks, torch_threads
 
 __all__ = ["Epilogue", "SparseConv2d", "SparseLinear", "zero_fraction"]
@@ -131,18 +133,30 @@ class _Plan:
     budget_s: float = 0.2
     decisions: dict[tuple, bool] = field(default_factory=dict)  # layer signature -> use sparse
 
-    def use_sparse(self, key: tuple, dense: Callable[[], object], sparse: Callable[[], object]) -> bool:
-        """Measured decision for layers with signature ``key`` (timed once, then reused)."""
+    def use_sparse(
+        self, key: tuple, dense: Callable[[], object], sparse: Callable[[], object], clear: bool = False
+    ) -> bool:
+        """Decision for layers with signature ``key``, made once: sparse for a ``clear`` call
+        (:func:`.decisions.clear`), else from the dense over sparse time of ``key`` (``_speedup``)."""
         if key not in self.decisions:
-            if self.min_speedup <= 0:
+            if self.min_speedup <= 0 or clear:
                 self.decisions[key] = True
             elif math.isinf(self.min_speedup):
                 self.decisions[key] = False
             else:
-                with torch_threads(self.threads), torch.no_grad():
-                    t_dense, t_sparse = _time_pair(dense, sparse, self.budget_s)
-                self.decisions[key] = t_dense >= self.min_speedup * t_sparse
+                self.decisions[key] = self._speedup(key, dense, sparse) >= self.min_speedup
         return self.decisions[key]
+
+    def _speedup(self, key: tuple, dense: Callable[[], object], sparse: Callable[[], object]) -> float:
+        """Dense over sparse time for ``key``: as first measured on this machine, so that every process
+        makes the same choice and gives the same bytes (:mod:`.decisions`), else timed now."""
+        key = (*key, self.threads, self.exact)
+        stored = decisions.recall(key)
+        if stored is not None:
+            return stored
+        with torch_threads(self.threads), torch.no_grad():
+            t_dense, t_sparse = _time_pair(dense, sparse, self.budget_s)
+        return decisions.remember(key, t_dense / max(t_sparse, 1e-12))
 
 
 class _SparseBase(nn.Module):
@@ -180,8 +194,9 @@ class _SparseBase(nn.Module):
         def weight() -> Tensor:  # rebuilt only if timed or kept: it is big, and garbage after a sparse choice
             return self.dense_weight().to(x.dtype)
 
+        clear = decisions.clear(self.zeros, self._work(x), x, self._plan.min_speedup)
         use_sparse = self._plan.use_sparse(
-            key, lambda: self._dense_forward(x, weight()), lambda: self._sparse_forward(x, PLAIN)
+            key, lambda: self._dense_forward(x, weight()), lambda: self._sparse_forward(x, PLAIN), clear
         )
         self.mode = "sparse" if use_sparse else "dense"
         if self.mode == "dense":
@@ -196,6 +211,10 @@ class _SparseBase(nn.Module):
         raise NotImplementedError
 
     def _signature(self, x: Tensor) -> tuple:
+        raise NotImplementedError
+
+    def _work(self, x: Tensor) -> float:
+        """Dense multiply-adds of one call on ``x``."""
         raise NotImplementedError
 
     def _dense_forward(self, x: Tensor, weight: Tensor) -> Tensor:
@@ -252,6 +271,9 @@ class SparseConv2d(_SparseBase):
 
     def _signature(self, x: Tensor) -> tuple:
         return ("conv", self.in_channels, self.out_channels, self.kernel_size, *x.shape)
+
+    def _work(self, x: Tensor) -> float:
+        return x[:, :1].numel() * self.out_channels * self.in_channels * self.kernel_size**2
 
     def _drop_sparse(self) -> None:
         self.csr, self._offsets, self._taps = None, None, None
@@ -432,6 +454,9 @@ class SparseLinear(_SparseBase):
 
     def _signature(self, x: Tensor) -> tuple:
         return ("linear", self.in_features, self.out_features, x.numel() // self.in_features)
+
+    def _work(self, x: Tensor) -> float:
+        return x.numel() * self.out_features
 
     def _drop_sparse(self) -> None:
         self.csr, self._offsets = None, None

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from .config import PRESETS, TrainConfig
@@ -92,37 +97,81 @@ def _json_arg(text: str, flag: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m iss train``: train with a tqdm bar; final checkpoint in ``--out/model.safetensors``."""
-    from tqdm import tqdm
+    """``python -m iss train``: train with a tqdm bar; final checkpoint in ``--out/model.safetensors``.
 
+    SIGTERM (single process) ends the run after its current iteration with its state saved and one line
+    saying where (exit status 143); ``--resume`` goes on from there, or writes the checkpoint if only that
+    was missing."""
     config = config_from_args(args)
-    main = int(os.environ.get("RANK", "0")) == 0
-    bar = tqdm(
-        total=config.iters, disable=args.no_progress or not main, desc=f"{config.method} {config.arch}"
-    )
-    val = loss = None
     try:
-        for event in train(config, resume=args.resume):
-            if bar.n == 0:
-                bar.update(event.iteration - 1)
-            bar.update(1)
-            val = event.val_psnr if event.val_psnr is not None else val
-            loss = event.loss if event.loss is not None else loss
-            postfix = {"loss": f"{loss:.4f}" if loss is not None else "-", "stage": event.stage}
-            if val is not None:
-                postfix["psnr"] = f"{val:.2f}"
-            bar.set_postfix(postfix, refresh=False)
-            if event.checkpoint is not None:
-                bar.write(f"saved {event.checkpoint}")
+        with _sigterm_stops() as terminated:
+            last = _train_with_bar(config, args, terminated)
     except NonFiniteLossError as e:
-        bar.close()
         print(f"error: {e}", file=sys.stderr)
         return 3
     finally:
-        bar.close()
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             import torch.distributed as dist
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+    if terminated.is_set() and (last is None or last.checkpoint is None):
+        print(f"stopped by SIGTERM: {_kept(config, last)}", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    if last is None and args.resume and config.out:
+        done = Path(config.out) / "model.safetensors"
+        print(f"nothing to train: {done} is already written", file=sys.stderr)
     return 0
+
+
+def _train_with_bar(config: TrainConfig, args: argparse.Namespace, terminated: threading.Event) -> Any:
+    """Train ``config`` until done or ``terminated``, under a tqdm bar; the last event (None: none)."""
+    from tqdm import tqdm
+
+    main = int(os.environ.get("RANK", "0")) == 0
+    bar = tqdm(
+        total=config.iters, disable=args.no_progress or not main, desc=f"{config.method} {config.arch}"
+    )
+    val = loss = last = None
+    with bar:
+        for last in train(config, resume=args.resume, stop=terminated.is_set):
+            if bar.n == 0:
+                bar.update(last.iteration - 1)
+            bar.update(1)
+            val = last.val_psnr if last.val_psnr is not None else val
+            loss = last.loss if last.loss is not None else loss
+            postfix = {"loss": f"{loss:.4f}" if loss is not None else "-", "stage": last.stage}
+            if val is not None:
+                postfix["psnr"] = f"{val:.2f}"
+            bar.set_postfix(postfix, refresh=False)
+            if last.checkpoint is not None:
+                bar.write(f"saved {last.checkpoint}")
+    return last
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[threading.Event]:
+    """An event SIGTERM sets while the run trains (a stopped container or job), so that the run saves its
+    state and ends; the previous handler afterwards. Only a single process's main thread listens (the
+    ranks of a torchrun group would stop at different iterations)."""
+    terminated = threading.Event()
+    single = int(os.environ.get("WORLD_SIZE", "1")) == 1
+    if not single or threading.current_thread() is not threading.main_thread():
+        yield terminated
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
+    try:
+        yield terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _kept(config: TrainConfig, last: Any) -> str:
+    """Where the run's state is now, and how to go on (one line)."""
+    state = Path(config.out) / "state.pt" if config.out else None
+    if state is None:
+        return "no --out, nothing saved"
+    if last is None and not state.is_file():
+        return "before its first iteration, nothing saved"
+    done = f"iteration {last.iteration:,}" if last is not None else "its last saved iteration"
+    return f"state at {done} saved in {state}; continue with --resume"

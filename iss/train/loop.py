@@ -279,13 +279,13 @@ def _data_label(folders: tuple[str, ...]) -> str:
 
 
 def _validate(model: nn.Module, samples: list, scale: int, device: torch.device) -> float:
-    """Mean Y-channel PSNR (crop = scale) over the validation samples, through ``iss.infer.upscale``."""
+    """Mean Y-channel PSNR (crop = scale) over the validation samples, through ``iss.infer.upscale_array``."""
     from iss.data.metrics import psnr_y
-    from iss.infer import upscale
+    from iss.infer import upscale_array
 
     model.eval()
     with _isolated_rng(0), torch.no_grad():
-        scores = [psnr_y(upscale(model, s.lr, device=device), s.hr, crop_border=scale) for s in samples]
+        scores = [psnr_y(upscale_array(model, s.lr, device=device), s.hr, crop_border=scale) for s in samples]
     return float(np.mean(scores))
 
 
@@ -319,6 +319,8 @@ def train(
     ``out`` that already holds a state is refused, so a finished run is never overwritten by accident.
     ``stop`` is asked before every iteration (e.g. has a deadline passed, was SIGTERM received): once it
     says yes, the run saves its state and returns early, logging ``paused``; resuming continues exactly.
+    Resuming a state saved at the last iteration writes ``model.safetensors`` from it if a kill cut that
+    off (one event, whose ``checkpoint`` is set), and does nothing if it exists.
     """
     from iss import archs, pruning
 
@@ -354,9 +356,11 @@ def train(
     start = (
         _restore(state_path, config, model, trainer, pruner, ddp) if state_path and state_path.exists() else 0
     )
-    batches = _batches(config, ddp, device, start)
     val_samples = _validation_samples(config) if config.val_data and ddp.main else []
-
+    if start >= config.iters:  # its last state saved: write the checkpoint a kill may have cut off
+        yield from _finish(out, model, trainer, pruner, config, start, val_samples, ddp, device)
+        return
+    batches = _batches(config, ddp, device, start)
     log = None
     if out and ddp.main:
         out.mkdir(parents=True, exist_ok=True)
@@ -667,6 +671,36 @@ def _save_state(
         "rng": rng,
     }
     _atomic_torch_save(state, path)
+
+
+def _finish(
+    out: Path | None,
+    model: nn.Module,
+    trainer: Trainer,
+    pruner: Any,
+    config: TrainConfig,
+    iteration: int,
+    val_samples: list,
+    ddp: _Dist,
+    device: torch.device,
+) -> Iterator[TrainEvent]:
+    """A resumed run whose state is at its last iteration: the final checkpoint written from that state, as
+    the uninterrupted run wrote it, unless it exists (then nothing happens). A state past ``iters`` is an
+    error naming both."""
+    if iteration > config.iters:
+        raise ValueError(
+            f"cannot resume: the state is at iteration {iteration:,}, past --iters {config.iters:,}; "
+            "pass --iters of at least that to train on"
+        )
+    if out is None or (out / "model.safetensors").is_file():
+        return
+    event = TrainEvent(iteration, None, trainer.lr, pruner.stage, trainer=trainer, model=model)
+    if ddp.main:
+        event.val_psnr = _validate(model, val_samples, config.scale, device) if val_samples else None
+        event.checkpoint = _save_checkpoint(out, model, pruner, config, iteration, event.val_psnr)
+    if ddp.world > 1:
+        torch.distributed.barrier()
+    yield event
 
 
 def _save_checkpoint(

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 RUNS = ("iss-p", "iht")
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
+EXAMPLES_DIR = Path("assets", "examples").resolve()  # the repository's photos: training runs at its root
 _SCALAR_SERIES = ("loss", "flips_total", "distance_first", "distance_window")
 _LAYER_SERIES = ("flips", "grad_norm", "grad_var")
 _LOG10_SERIES = ("grad_norm", "grad_var")  # span many decades (variances ~1e-12): stored as float16 log10
@@ -310,10 +310,10 @@ def validation_pair(scale: int, size: int = 96) -> tuple[np.ndarray, np.ndarray]
 def validate(model: nn.Module, pair: tuple[np.ndarray, np.ndarray], scale: int) -> float:
     """PSNR (Y) of ``model`` on the validation pair."""
     from iss.data.metrics import psnr_y
-    from iss.infer import upscale
+    from iss.infer import upscale_array
 
     lr, hr = pair
-    return psnr_y(upscale(model, lr), hr, crop_border=int(scale))
+    return psnr_y(upscale_array(model, lr), hr, crop_border=int(scale))
 
 
 class TrainRecorder:

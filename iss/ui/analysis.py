@@ -1,10 +1,10 @@
 """The Analysis tab: ISS-P vs IHT trained side by side (same init, same batches), streamed as figures.
 
 A live run (``train_live``) is planned and bounded by ``plan_live_run`` (expected time and memory, from
-``iss.ui.cost``), built by ``build_live_run`` and fed by ``training_batches``; it stops cleanly between
-iterations when its ``stop`` event is set. The recorded runs bundled in ``assets/recordings`` are shown whole
-and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P and IHT differ);
-the zoo factory makes them (``iss.train.recording.TrainRecorder``). No gradio.
+``iss.ui.cost``), built by ``build_live_run`` and fed by ``training_batches``; it stops cleanly within a
+layer of its current step when its ``stop`` event is set. The recorded runs bundled in ``assets/recordings``
+are shown whole and offer states to start a live run from (by default the latest, mid-pruning, where ISS-P
+and IHT differ); the zoo factory makes them (``iss.train.recording.TrainRecorder``). No gradio.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -30,6 +29,7 @@ import iss
 import iss.sparse.speed
 import iss.train.recording
 from iss.train import NonFiniteLossError
+from iss.train.interrupt import Interrupted, interruptible
 from iss.train.recording import (
     RUNS,
     RunTrace,
@@ -41,21 +41,24 @@ from iss.train.recording import (
     validation_pair,
 )
 
-from . import cost, figures
+from . import compare, cost, figures
 from .compare import ASSETS, EXAMPLES_DIR, SCALES, default_device
 
 RECORDINGS_DIR = ASSETS / "recordings"
 
 # Live analysis defaults from random init; the app starts from the latest recorded state instead when one is
-# bundled (``default_start``), which sets backbone, scale, ratio, alpha and K_p.
+# bundled (``default_start``), which sets backbone, scale, ratio, alpha and K_p. 300 iterations: about two
+# minutes on 2 cores at the 0.31-0.44 s per iteration docs/app.md measured (#latency); the flips counted
+# there are in docs/app.md's Analysis section.
 LIVE_DEFAULTS = dict(
-    arch="swinir-light", scale=2, ratio=0.95, alpha=0.95, iterations=100, prune_iters=80, patch=16, batch=4
+    arch="swinir-light", scale=2, ratio=0.95, alpha=0.95, iterations=300, prune_iters=80, patch=16, batch=4
 )
 MAX_LIVE_ITERATIONS = {"cpu": 2000, "cuda": 20000}
 MAX_LIVE_SECONDS = 900
 MAX_ITERATION_SECONDS = 30.0  # slower (estimated) iterations are shrunk: batch first, then the LR patch
 MAX_PATCH, MAX_BATCH = 64, 32  # the sliders' ranges
 VALIDATION_SIZE = 96  # HR side of the quick validation crop
+BUSY_SPAN = 2500  # recorded iterations after a start point in which busiest_layers counts flips
 SHORT_RUN = 1500  # from random init both masks barely move before ~1.5k iterations (issue 4, measured on CPU)
 RANDOM_INIT = "random init"
 LIVE_SETS = ("T91",)  # small enough to load in a second or two when a live run starts
@@ -103,6 +106,171 @@ def _recording_folder(name: str) -> Path:
     return RECORDINGS_DIR / name
 
 
+def recording_differences(name: str, zoo_path: str | None = None) -> list[str] | None:
+    """How recording ``name`` differs from the runs that made the zoo's ISS-P and IHT checkpoints of its cell,
+    field by field (budget and ISS-P's options): ``[]`` when it is those runs, None when the zoo has
+    neither checkpoint. Fields the recording does not hold are not compared."""
+    config, _ = load_recording(_recording_folder(name))
+    if not {"arch", "scale", "ratio"} <= set(config):
+        return None
+    entries = {}
+    for run in RUNS:
+        with contextlib.suppress(FileNotFoundError):
+            entries[run] = compare.find_entry(config["arch"], config["scale"], config["ratio"], run, zoo_path)
+    if not entries:
+        return None
+    differences = []
+    for key, text in _BUDGET_FIELDS.items():
+        shipped = {run: e.budget.get(key) for run, e in entries.items() if e.budget.get(key) is not None}
+        apart = {run: v for run, v in shipped.items() if not _same(config.get(key), v)}
+        if key in config and apart:
+            differences.append(f"{text(config[key])} (shipped {_by_run(apart, text)})")
+    recorded = config.get("pruner_options", {})
+    shipped_options = entries["iss-p"].budget.get("pruner_options", {}) if "iss-p" in entries else {}
+    for option in sorted(set(recorded) | set(shipped_options)):
+        if not _same(recorded.get(option), shipped_options.get(option)):
+            here = f"{option} {_number(recorded[option])}" if option in recorded else f"no {option}"
+            there = f"{option} {_number(shipped_options[option])}" if option in shipped_options else "none"
+            alpha = (
+                f": constant alpha {config['alpha']}" if option == "alpha_ramp" and "alpha" in config else ""
+            )
+            differences.append(f"ISS-P with {here}{alpha} (shipped ISS-P: {there})")
+    return differences
+
+
+_BUDGET_FIELDS = {
+    "iterations": lambda v: f"{int(v):,} iterations",
+    "prune_iters": lambda v: f"K_p {int(v):,}",
+    "batch": lambda v: f"batch {v}",
+    "patch": lambda v: f"LR patch {v}",
+    "lr": lambda v: f"peak LR {float(v):g}",
+    "seed": lambda v: f"seed {v}",
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two budget values agree (numbers to a relative 1e-9)."""
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return a == b
+
+
+def _number(value: Any) -> str:
+    """``10,000`` for whole numbers, else as written."""
+    return f"{int(value):,}" if isinstance(value, int | float) and float(value).is_integer() else str(value)
+
+
+def _by_run(values: dict[str, Any], text: Any) -> str:
+    """``ISS-P and IHT: 60,000 iterations``, or each run's value when they differ."""
+    labels = {"iss-p": "ISS-P", "iht": "IHT"}
+    if len({repr(v) for v in values.values()}) == 1:
+        return f"{' and '.join(labels[r] for r in values)}: {text(next(iter(values.values())))}"
+    return ", ".join(f"{labels[r]}: {text(v)}" for r, v in values.items())
+
+
+def recording_origin(name: str, zoo_path: str | None = None) -> str:
+    """One sentence: recording ``name`` is the run behind the zoo's checkpoints of its cell, or how not."""
+    differences = recording_differences(name, zoo_path)
+    if differences is None:
+        return "The zoo has no ISS-P or IHT checkpoint of this recording's cell."
+    if not differences:
+        return "These are the runs that made the zoo's ISS-P and IHT checkpoints of this cell."
+    return "Not the runs behind the zoo's checkpoints of this cell: " + "; ".join(differences) + "."
+
+
+def recording_choices(zoo_path: str | None = None) -> list[tuple[str, str]]:
+    """(label, name) per bundled recording, the label saying whether it made the shipped checkpoints."""
+    choices = []
+    for name in recording_names():
+        differences = recording_differences(name, zoo_path)
+        if differences is None:
+            note = "no shipped checkpoint"
+        elif differences:
+            note = f"differs from the shipped: {differences[0]}"
+        else:
+            note = "made the shipped ISS-P and IHT"
+        choices.append((f"{name} ({note})", name))
+    return choices
+
+
+def _cell(name: str) -> tuple[str, int, float]:
+    """(backbone, scale, ratio) of recording ``name``."""
+    config, _ = load_recording(_recording_folder(name))
+    return config.get("arch", ""), int(config.get("scale", 0)), float(config.get("ratio", 0.0))
+
+
+def default_recording(zoo_path: str | None = None) -> str | None:
+    """The recording the tab opens on: the app's default cell's (``compare.default_cell``) when it made that
+    cell's shipped checkpoints; else, of the default backbone's recordings that made theirs, one trained
+    with the default cell's recipe (``_recipe``), nearest in ratio, then scale; else the default cell's
+    own; else the first."""
+    default = compare.default_cell(zoo_path)
+    cells = {name: _cell(name) for name in recording_names()}
+    shipped = [n for n in cells if recording_differences(n, zoo_path) == []]
+    own = [n for n, cell in cells.items() if cell == default]
+    if mine := [n for n in own if n in shipped]:
+        return mine[0]
+    recipe = _recipe(default, zoo_path)
+    if near := [n for n in shipped if cells[n][0] == default[0]]:
+        return min(
+            near,
+            key=lambda n: (
+                _recipe(cells[n], zoo_path) != recipe,
+                abs(cells[n][2] - (default[2] or 0)),
+                abs(cells[n][1] - default[1]),
+            ),
+        )
+    return own[0] if own else next(iter(cells), None)
+
+
+def _recipe(cell: tuple[str, int, float | None], zoo_path: str | None) -> tuple | None:
+    """The training budget of a cell's shipped ISS-P (iterations, K_p, batch, LR patch, peak LR), if any."""
+    with contextlib.suppress(FileNotFoundError):
+        budget = compare.find_entry(*cell, "iss-p", zoo_path).budget
+        return tuple(budget.get(k) for k in ("iterations", "prune_iters", "batch", "patch", "lr"))
+    return None
+
+
+def opening_note(zoo_path: str | None = None) -> str:
+    """Why the tab opens on ``default_recording`` when that is not the default cell's own recording."""
+    name, default = default_recording(zoo_path), compare.default_cell(zoo_path)
+    if name is None or _cell(name) == default:
+        return ""
+    arch, scale, ratio = default
+    own = [n for n in recording_names() if _cell(n) == default]
+    why = (
+        f"`{own[0]}` is not the run behind its shipped checkpoints "
+        f"({'; '.join(recording_differences(own[0], zoo_path) or [])})"
+        if own
+        else "no recording of it is bundled"
+    )
+    shown = "{} x{} r{}".format(*_cell(name))
+    same = " with the same recipe" if _recipe(_cell(name), zoo_path) == _recipe(default, zoo_path) else ""
+    return (
+        f"The app's default cell is {arch} x{scale} r{ratio}, but {why}. Shown: `{name}`, the runs behind "
+        f"the shipped {shown} checkpoints{same}."
+    )
+
+
+def busiest_layers(start: str, count: int = 2, span: int = BUSY_SPAN) -> list[str]:
+    """For a recorded start point, the ``count`` layers whose masks flip most per iteration (both runs
+    together) in the recording's ``span`` iterations after it: what a live run resumed there plots by
+    default, so that its plots move within its first minutes ([] for random init)."""
+    if not start or start == RANDOM_INIT:
+        return []
+    name, _, iteration = start.partition(" @ ")
+    _recorded_state(start)  # a start point that is not offered is a KeyError
+    _, traces = load_recording(_recording_folder(name.strip()))
+    after = int(iteration)
+    busy: dict[str, float] = {}
+    for trace in traces.values():
+        inside = [i for i, it in enumerate(trace.iterations) if after < it <= after + span]
+        for layer, flips in trace.flips.items():
+            finite = [flips[i] for i in inside if math.isfinite(flips[i])]
+            busy[layer] = busy.get(layer, 0.0) + (sum(finite) / len(finite) if finite else 0.0)
+    return sorted(busy, key=busy.__getitem__, reverse=True)[:count]
+
+
 def default_layers(layers: Sequence[str], count: int = 2) -> list[str]:
     """Two representative layers (a quarter and three quarters into the network), as the paper's Fig. 3."""
     if len(layers) <= count:
@@ -110,8 +278,11 @@ def default_layers(layers: Sequence[str], count: int = 2) -> list[str]:
     return [layers[len(layers) // 4], layers[(3 * len(layers)) // 4]]
 
 
-def recorded_figures(name: str, layers: Sequence[str] | None = None) -> tuple[Any, Any, Any, str]:
-    """The three analysis figures for a whole recorded run, and a summary line."""
+def recorded_figures(
+    name: str, layers: Sequence[str] | None = None, zoo_path: str | None = None
+) -> tuple[Any, Any, Any, str]:
+    """The three analysis figures for a whole recorded run, and a summary: the run's settings, whether it
+    made the shipped checkpoints (``recording_origin``), and what its mask plot shows (``mask_summary``)."""
     config, traces = load_recording(_recording_folder(name))
     chosen = [layer for layer in (layers or []) if layer in config["layers"]] or default_layers(
         config["layers"]
@@ -122,7 +293,9 @@ def recorded_figures(name: str, layers: Sequence[str] | None = None) -> tuple[An
         f"{config['iterations_done']} iterations of each run on {config.get('device', 'cpu')} "
         f"({config.get('seconds_per_iteration', float('nan')):.2f} s per iteration of both runs). "
         + (f"Each point is the mean of {config['every']} iterations. " if config.get("every", 1) > 1 else "")
-        + mask_summary(traces)
+        + recording_origin(name, zoo_path)
+        + "\n\n"
+        + mask_summary(traces, chosen)
     )
     return (
         figures.mask_dynamics_figure(traces, chosen),
@@ -207,7 +380,7 @@ def build_live_run(
             f"{config['arch']} has no prunable layer {unknown[0]!r}; it has {len(names)}, e.g. "
             f"{', '.join(default_layers(names))}"
         )
-    chosen = names if all_layers else list(layers or []) or default_layers(names)
+    chosen = names if all_layers else list(layers or []) or busiest_layers(start) or default_layers(names)
     train_config = iss.train.TrainConfig(lr=lr)
     trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
     start_iteration, restored = 0, False
@@ -450,8 +623,9 @@ def train_live(
 
     The first update comes after the first iteration; then one about every ``update_seconds``, and the last at
     the end. The size is bounded first (``plan_live_run``), the length by ``MAX_LIVE_SECONDS``. Setting
-    ``stop`` ends the run after the current iteration; a NaN loss or running out of memory ends it too. Each
-    ends with a last update whose status says why, so the plots drawn so far stay.
+    ``stop`` ends the run within a layer of the current step (that step is dropped); a NaN loss or running
+    out of memory ends it too. Each ends with a last update whose status says why, so the plots drawn so far
+    stay.
     """
     device = device or default_device()
     ratio, alpha, prune_iters = _check_settings(ratio, alpha, prune_iters)
@@ -467,14 +641,16 @@ def train_live(
     started = last_yield = time.perf_counter()
     stepping = 0.0  # seconds spent in training steps (for the speed estimate of later runs)
     done = 0
+    pressed = stop.is_set if stop is not None else lambda: False
     try:
         for done in range(1, plan.iterations + 1):
             lr, hr = next(batches)
             lr, hr = lr.to(device), hr.to(device)
             iteration = run.start_iteration + done
             step_start = time.perf_counter()
-            for name in RUNS:
-                run.traces[name].commit(iteration, run.trainers[name].step(lr, hr))
+            with interruptible(run.models.values(), pressed):  # Stop ends a step of seconds mid-way
+                for name in RUNS:
+                    run.traces[name].commit(iteration, run.trainers[name].step(lr, hr))
             stepping += time.perf_counter() - step_start
             if done % validate_every == 0 or done in (1, plan.iterations):
                 for name in RUNS:
@@ -491,6 +667,9 @@ def train_live(
             if done == 1 or done == plan.iterations or time.perf_counter() - last_yield >= update_seconds:
                 last_yield = time.perf_counter()
                 yield _live_update(run, done, plan, elapsed)
+    except Interrupted:
+        note = _stopped(run, done - 1, "you pressed Stop")
+        yield _live_update(run, done - 1, plan, time.perf_counter() - started, note)
     except NonFiniteLossError as e:
         yield _live_update(run, done - 1, plan, time.perf_counter() - started, f"⚠️ Stopped: {e}")
     except (RuntimeError, MemoryError) as e:
@@ -506,28 +685,57 @@ def train_live(
         iss.sparse.speed.observe("train", plan.arch, device, plan.flops_per_iteration * done, stepping)
 
 
-def mask_summary(traces: dict[str, Any]) -> str:
-    """What this run's masks did so far, computed from its telemetry (so the text matches the plot): mean
-    flips per iteration and the distance to the first selection, per run, and which moved more."""
-    found = {}
-    for run, trace in traces.items():
-        flips = np.asarray(trace.flips_total, np.float64)
-        distance = np.asarray(trace.distance_first, np.float64)
-        if np.isfinite(flips).any() and np.isfinite(distance).any():
-            found[run] = (float(np.nanmean(flips)), float(distance[np.isfinite(distance)][-1]))
-    if set(found) != set(RUNS):
+def mask_summary(traces: dict[str, Any], layers: Sequence[str] = ()) -> str:
+    """What the mask plot shows, in sentences computed from its own series: the whole mask's distance to its
+    first selection at the last iteration plotted in the pruning stage, then the mean flips per iteration of
+    each plotted layer in that stage; each says which run moved more (or that they are level)."""
+    if set(traces) < set(RUNS):
         return ""
-    (f_p, d_p), (f_i, d_i) = found["iss-p"], found["iht"]
-    if max(f_p, f_i) == 0:
-        verdict = "Neither mask has moved yet."
-    elif abs(f_p - f_i) <= 0.05 * max(f_p, f_i):
-        verdict = "Both masks move about as much."
-    else:
-        verdict = f"ISS-P's mask moves {'more' if f_p > f_i else 'less'} than IHT's."
-    return (
-        f"Masks so far: ISS-P flips {f_p:.3g}‰ of its weights per iteration on average and is {d_p:.3g}‰ "
-        f"from its first selection; IHT {f_i:.3g}‰ and {d_i:.3g}‰. {verdict}"
-    )
+    found = {run: _pruning_stage(traces[run]) for run in RUNS}
+    distance = {run: _last_finite(found[run][1]) for run in RUNS}
+    if any(value is None for value in distance.values()):
+        return ""
+    sentences = [
+        f"Whole mask: ISS-P is {distance['iss-p']:.3g}‰ from its first selection, IHT {distance['iht']:.3g}‰ "
+        f"(iteration {found['iss-p'][0]:,}): {_compare(distance['iss-p'], distance['iht'], 'moved further')}."
+    ]
+    for layer in layers:
+        flips = {run: _mean(traces[run].flips.get(layer, []), len(found[run][1])) for run in RUNS}
+        if None in flips.values():
+            continue
+        sentences.append(
+            f"{layer.removesuffix('.weight')}: ISS-P flips {flips['iss-p']:.3g}‰ of its weights per "
+            f"iteration on average, IHT {flips['iht']:.3g}‰: "
+            f"{_compare(flips['iss-p'], flips['iht'], 'flips more')}."
+        )
+    return " ".join(sentences)
+
+
+def _pruning_stage(trace: Any) -> tuple[int, list[float]]:
+    """(last iteration, distance series) of ``trace`` up to the end of its pruning stage."""
+    end = trace.finetune_from if trace.finetune_from is not None else math.inf
+    kept = [i for i, iteration in enumerate(trace.iterations) if iteration < end] or [0]
+    last = kept[-1]
+    return (trace.iterations[last] if trace.iterations else 0), list(trace.distance_first[: last + 1])
+
+
+def _last_finite(values: Sequence[float]) -> float | None:
+    """The last finite value of ``values`` (None when there is none)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return finite[-1] if finite else None
+
+
+def _mean(values: Sequence[float], count: int) -> float | None:
+    """Mean of the finite values among the first ``count`` (None when there is none)."""
+    finite = [v for v in values[:count] if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
+
+
+def _compare(iss_p: float, iht: float, verb: str) -> str:
+    """Which run ``verb`` (e.g. "moved further"): level within 10% of the larger, or when both are 0."""
+    if max(iss_p, iht) <= 0 or abs(iss_p - iht) <= 0.1 * max(iss_p, iht):
+        return "about level"
+    return f"{'ISS-P' if iss_p > iht else 'IHT'} {verb}"
 
 
 def _stopped(run: LiveRun, done: int, reason: str) -> str:
@@ -569,7 +777,7 @@ def live_status(run: LiveRun, done: int, plan: LivePlan, elapsed: float, note: s
         f"{run.start_iteration + done:,} (stage: {run.pruners['iss-p'].stage}). A live run does at most "
         f"{cap:,} iterations and {MAX_LIVE_SECONDS // 60} min.",
     )
-    movement = mask_summary(run.traces)
+    movement = mask_summary(run.traces, run.config["layers"])
     if movement:
         lines.append(movement)
     if run.start_iteration == 0 and plan.iterations < SHORT_RUN:

@@ -11,7 +11,6 @@ out (PIL/ndarray images, numbers, lists), no gradio.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import re
@@ -19,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,13 @@ from torch import nn
 
 import iss
 import iss.data.metrics
+import iss.data.reference
 import iss.sparse.kernels
 import iss.sparse.speed
 
 from . import cost
 
-ROOT = Path(__file__).resolve().parents[2]
-ASSETS = ROOT / "assets"
+ASSETS = Path("assets").resolve()  # the app's photos and recordings: the repository's, the app runs there
 EXAMPLES_DIR = ASSETS / "examples"
 
 BICUBIC = "bicubic"
@@ -45,8 +44,10 @@ HR_LABEL, LR_LABEL = "HR (reference)", "LR input (nearest)"
 MODE_HR = "HR image: downscale with MATLAB bicubic, upscale, measure"
 MODE_LR = "LR image: upscale it"
 MODES = (MODE_HR, MODE_LR)
-SCALES = (2, 3, 4)
-MAX_SIDE = {MODE_HR: 1024, MODE_LR: 512}  # input size caps (longest side), CPU-friendly
+SCALES = iss.archs.SCALES
+MAX_SIDE = {MODE_HR: 1024, MODE_LR: None}  # HR inputs are capped (longest side); LR ones are upscaled whole
+LR_MAX_SECONDS = 600.0  # an LR-mode comparison expected to take longer is refused, with the numbers
+MAX_RESULT_BYTES = 2 * 1024**3  # the results of one comparison (uint8 RGB, the LR view included) at most
 MAX_UPLOAD_MB = 50  # the app's upload limit (Gradio refuses bigger files before they reach us)
 INPUT_POLICY = (
     "Upload a PNG, JPEG, WebP, BMP, TIFF or PPM image of at most "
@@ -54,13 +55,9 @@ INPUT_POLICY = (
 )
 TILE_ABOVE = 192  # LR inputs larger than this (either side) are upscaled in overlapping tiles
 TILE = 128
-URBAN100_CROPS = {
-    "img_012": (560, 100),
-    "img_061": (420, 250),
-    "img_004": (40, 250),
-    "img_092": (300, 250),
-}  # x0, y0
-URBAN100_CROP_SIZE = 240
+URBAN100_MORE = ("img_019", "img_044", "img_067", "img_073", "img_096")  # cropped from --data-dir's Urban100
+FIRST_EXAMPLE = "urban100_img_004.png"  # where ISS-P leads most at the default cell (docs/app.md, "Examples")
+URBAN100_CROP_SIZE = 240  # the bundled crops' size too (assets/CREDITS.md gives their boxes)
 _FOLDERS = re.compile(r"(?<![\w:/.~])(?:~|\.{1,2})?/(?:[^\s/'\"]+/)+(?=[^\s/'\"])")  # a path's folders
 TABLE_HEADERS = ["method", "PSNR (dB)", "SSIM", "kept weights", "ratio", "iterations", "file size",
                  "time (s)"]  # fmt: skip
@@ -75,6 +72,14 @@ _WARM: set[tuple] = set()  # (entry, device, sparse, zoo) of models that have ru
 def default_device() -> str:
     """``cuda`` when a GPU is present, else ``cpu``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@functools.cache
+def sparse_default(arch: str, device: str) -> bool:
+    """The "Sparse kernels" default for ``arch`` on ``device``: ``iss.sparse.speed.sparse_by_default``
+    decided once per process, so that every page load and request gets the same default however the
+    speeds measured since move."""
+    return iss.sparse.speed.sparse_by_default(arch, device)
 
 
 def sparse_kernel_note() -> str:
@@ -109,37 +114,60 @@ def backbones(zoo_path: str | None = None) -> list[str]:
     return in_zoo + [a for a in iss.archs.list_archs() if a not in in_zoo]
 
 
+def default_backbone(zoo_path: str | None = None) -> str:
+    """The backbone the Compare tab opens on: SwinIR-light (the paper's main backbone) when listed."""
+    archs = backbones(zoo_path)
+    return "swinir-light" if "swinir-light" in archs else archs[0]
+
+
 def bicubic_results(scale: int) -> dict[str, dict[str, float]]:
-    """Our bicubic PSNR/SSIM per benchmark set at ``scale`` (empty when the results file is absent)."""
-    path = ROOT / "benchmarks" / "results" / f"bicubic_x{int(scale)}.json"  # from `python -m iss eval`
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """Our bicubic PSNR/SSIM per benchmark set at ``scale`` (empty for a scale without one)."""
+    return iss.data.reference.bicubic_results(scale)
+
+
+def default_cell(zoo_path: str | None = None) -> tuple[str, int, float | None]:
+    """The backbone, scale and ratio the app opens on (Compare's first screen; the Analysis and Sparsity
+    tabs follow it): SwinIR-light when the zoo has it, at its ``default_scale`` and ``default_ratio``."""
+    arch = default_backbone(zoo_path)
+    scale = default_scale(arch, zoo_path)
+    return arch, scale, default_ratio(arch, scale, zoo_path)
 
 
 def default_scale(arch: str, zoo_path: str | None = None) -> int:
-    """The scale the Compare tab opens at: where ``arch``'s best checkpoint gains most over bicubic on Set5
-    (x4 when none has a Set5 score), so that a first look shows what super-resolution adds."""
-    gains = _gains(arch, zoo_path)
-    return max(gains, key=gains.__getitem__, default=(4, None))[0]
+    """The scale the Compare tab opens at: that of ``arch``'s strongest cell (``_strength``; x4 without
+    checkpoints)."""
+    cells = _strength(arch, zoo_path)
+    return max(cells, key=cells.__getitem__, default=(4, None))[0]
 
 
 def default_ratio(arch: str, scale: int, zoo_path: str | None = None) -> float | None:
-    """The ratio the ratio box opens at for ``arch`` at ``scale``: where its best checkpoint gains most over
-    bicubic on Set5 (else the highest ratio; None without checkpoints)."""
-    gains = {ratio: gain for (s, ratio), gain in _gains(arch, zoo_path).items() if s == int(scale)}
+    """The ratio the ratio box opens at for ``arch`` at ``scale``: its strongest cell there (``_strength``;
+    else the highest ratio; None without checkpoints)."""
+    cells = {ratio: key for (s, ratio), key in _strength(arch, zoo_path).items() if s == int(scale)}
     found = ratios(arch, scale, zoo_path)
-    return max(gains, key=gains.__getitem__) if gains else (found[-1] if found else None)
+    return max(cells, key=cells.__getitem__) if cells else (found[-1] if found else None)
 
 
-def _gains(arch: str, zoo_path: str | None) -> dict[tuple[int, float], float]:
-    """Per (scale, ratio) of ``arch``: the best zoo entry's Set5 PSNR minus bicubic's."""
-    gains: dict[tuple[int, float], float] = {}
+def _strength(arch: str, zoo_path: str | None) -> dict[tuple[int, float], tuple[int, float]]:
+    """Per (scale, ratio) of ``arch``: (the shortest training budget among its methods, the best Set5 PSNR
+    over bicubic). Cells whose every method had the full budget come first, so that the first look compares
+    methods trained alike; then the larger gain over bicubic."""
+    cells: dict[tuple[int, float], tuple[int, float]] = {}
     for entry in zoo(zoo_path):
         key = (int(entry.scale), float(entry.ratio))
         score = entry.metrics.get("Set5", {}).get("psnr") if entry.arch == arch else None
         bicubic = bicubic_results(key[0]).get("Set5", {}).get("psnr")
-        if score is not None and bicubic is not None:
-            gains[key] = max(gains.get(key, -math.inf), score - bicubic)
-    return gains
+        if score is None or bicubic is None:
+            continue
+        budget, gain = cells.get(key, (math.inf, -math.inf))
+        cells[key] = (min(budget, iterations(entry)), max(gain, score - bicubic))
+    return cells
+
+
+def iterations(entry: Any) -> int:
+    """The iterations a zoo entry was trained for (0 when the manifest does not say)."""
+    found = entry.budget.get("iterations")
+    return int(found) if isinstance(found, int | float) else 0
 
 
 def ratios(arch: str, scale: int, zoo_path: str | None = None) -> list[float]:
@@ -154,14 +182,21 @@ def _matches(entry: Any, arch: str, scale: int, ratio: float | None) -> bool:
 
 
 def method_choices(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> list[str]:
-    """Bicubic plus the method of every zoo entry for backbone, scale and ratio (the default selection)."""
-    found = [e.method for e in zoo(zoo_path) if _matches(e, arch, scale, ratio)]
-    return [BICUBIC, *dict.fromkeys(found)]
+    """Bicubic plus the method of every zoo entry for backbone, scale and ratio (the default selection), in
+    ``iss.zoo.METHOD_ORDER``."""
+    return [BICUBIC, *in_order(e.method for e in zoo(zoo_path) if _matches(e, arch, scale, ratio))]
 
 
 def all_methods(zoo_path: str | None = None) -> list[str]:
     """Bicubic plus every method the zoo has for some backbone and scale (what the API accepts)."""
-    return [BICUBIC, *dict.fromkeys(e.method for e in zoo(zoo_path))]
+    return [BICUBIC, *in_order(e.method for e in zoo(zoo_path))]
+
+
+def in_order(methods: Iterable[str]) -> list[str]:
+    """``methods`` once each in the app's one order (``iss.zoo.METHOD_ORDER``: ISS-P first; bicubic before
+    all, unknown names after, alphabetically)."""
+    order = {m: i for i, m in enumerate((BICUBIC, *iss.zoo.METHOD_ORDER))}
+    return sorted(dict.fromkeys(methods), key=lambda m: (order.get(m, len(order)), m))
 
 
 def find_entry(arch: str, scale: int, ratio: float | None, method: str, zoo_path: str | None = None) -> Any:
@@ -195,6 +230,55 @@ def availability(arch: str, scale: int, zoo_path: str | None = None) -> str:
         return f"⚠️ No pruned {arch} x{scale} checkpoint yet: only bicubic runs (it has {has})."
     others = sorted({e.arch for e in zoo(zoo_path)})
     return f"⚠️ No {arch} checkpoint yet: only bicubic runs (the zoo has {', '.join(others) or 'none'})."
+
+
+def cell_note(arch: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> str:
+    """One line when the zoo's cell (``arch``, ``scale``, ``ratio``) is weak: methods under bicubic, trained
+    for a shorter budget than the zoo's longest, or ISS-P not ahead on Set5; with the budgets and the paper's
+    ISS-P figure for the cell. Empty for a strong cell (or one without checkpoints)."""
+    cell = [e for e in zoo(zoo_path) if ratio is not None and _matches(e, arch, scale, ratio)]
+    set5 = {e.method: e.metrics["Set5"]["psnr"] for e in cell if "psnr" in e.metrics.get("Set5", {})}
+    if not set5:
+        return ""
+    bicubic = bicubic_results(scale).get("Set5", {}).get("psnr", -math.inf)
+    longest = max((iterations(e) for e in zoo(zoo_path) if e.arch == arch), default=0)
+    short = in_order(e.method for e in cell if 0 < iterations(e) < longest)
+    under = in_order(m for m, v in set5.items() if v < bicubic)
+    best = max(set5, key=set5.__getitem__)
+    issues = []
+    if under:
+        issues.append(f"{', '.join(under)} under bicubic ({bicubic:.2f} dB)")
+    if short:
+        budget = min(iterations(e) for e in cell if e.method in short)
+        issues.append(f"{', '.join(short)} trained {budget:,} iterations, not the zoo's {longest:,}")
+    if best != "iss-p":
+        issp = f"ISS-P's {set5['iss-p']:.2f}" if "iss-p" in set5 else "no ISS-P checkpoint"
+        issues.append(f"{best} ahead ({set5[best]:.2f} dB vs {issp})")
+    if not issues:
+        return ""
+    paper = paper_psnr(arch, scale, ratio, "iss-p")
+    ours = next((e for e in cell if e.method == "iss-p" and "iss-p" in set5), None)
+    paper_text = f"; the paper's ISS-P here: {paper:.2f} dB" if paper is not None else ""
+    if paper is not None and ours is not None:
+        paper_text += f", ours {set5['iss-p']:.2f} dB after {iterations(ours):,} iterations"
+    return f"⚠️ A weak cell of the zoo (Set5): {'; '.join(issues)}{paper_text}."
+
+
+def paper_psnr(
+    arch: str, scale: int, ratio: float | None, method: str, dataset: str = "Set5"
+) -> float | None:
+    """The paper's PSNR for a cell and method (``paper_results.json``, Tables 1-4), or None."""
+    for row in _paper_rows():
+        same = (row["arch"], int(row["scale"]), row["method"]) == (arch, int(scale), method)
+        if same and ratio is not None and abs(row["ratio"] - ratio) < 1e-9 and row["table"] != 5:
+            return row["metrics"].get(dataset, {}).get("psnr")
+    return None
+
+
+@functools.cache
+def _paper_rows() -> list[dict]:
+    """The rows of the paper's tables (read once)."""
+    return iss.data.reference.paper_results()["rows"]
 
 
 def backbone_label(arch: str, zoo_path: str | None = None) -> str:
@@ -306,7 +390,7 @@ def prepare_input(image: Any, mode: str, scale: int) -> tuple[np.ndarray, np.nda
     notes = [_conversion_note(source_mode)] if source_mode != "RGB" else []
     if frames > 1:
         notes.append(f"the file holds {frames} frames or pages: the first is used")
-    shrunk = max(w, h) > cap
+    shrunk = cap is not None and max(w, h) > cap
     if shrunk:
         notes.append(
             f"input {w}x{h} is above the {cap}px cap for this mode: downscaled (bicubic, antialiased) to "
@@ -367,7 +451,7 @@ def check_request(
         raise ValueError("choose at least one method to compare")
     if sparse is not None and not isinstance(sparse, bool):
         raise ValueError(f"sparse must be true or false, got {sparse!r:.40}")
-    return arch, int(scale), ratio, list(dict.fromkeys(methods)), sparse
+    return arch, int(scale), ratio, in_order(methods), sparse
 
 
 def _ratio(value: Any) -> float | None:
@@ -417,7 +501,7 @@ def estimate(
     """What ``compare`` with these arguments is expected to cost (loads the models, runs none)."""
     arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = iss.sparse.speed.sparse_by_default(arch, device) if sparse is None else sparse
+    sparse = sparse_default(arch, device) if sparse is None else sparse
     lr, hr, _ = prepare_input(image, mode, scale)
     return _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)[2]
 
@@ -433,11 +517,14 @@ def _bounded(
     device: str,
     zoo_path: str | None,
 ) -> tuple[np.ndarray, np.ndarray | None, Estimate]:
-    """(LR, HR, estimate) after cropping both to their centre when the estimate is above ``MAX_SECONDS``."""
+    """(LR, HR, estimate) after cropping both to their centre when the estimate is above ``MAX_SECONDS`` (HR
+    mode); an LR input (no HR) is upscaled whole, or refused by ``_check_whole``."""
     seconds = _expected_seconds(lr.shape[:2], arch, scale, ratio, methods, sparse, device, zoo_path)
     total = sum(seconds.values())
     note = ""
-    if total > MAX_SECONDS:
+    if hr is None:
+        _check_whole(lr.shape[:2], scale, seconds)
+    elif total > MAX_SECONDS:
         h, w = lr.shape[:2]
         factor = math.sqrt(MAX_SECONDS / total)
         ch, cw = max(8, int(h * factor)), max(8, int(w * factor))
@@ -454,6 +541,32 @@ def _bounded(
         seconds = _expected_seconds(lr.shape[:2], arch, scale, ratio, methods, sparse, device, zoo_path)
     note = " ".join(n for n in (note, iss.sparse.speed.load_note(device)) if n)
     return lr, hr, Estimate(seconds, (lr.shape[1], lr.shape[0]), scale, note)
+
+
+def _check_whole(lr_shape: tuple[int, int], scale: int, seconds: dict[str, float]) -> None:
+    """``ValueError`` with the numbers when upscaling a whole LR input would pass ``LR_MAX_SECONDS`` or
+    ``MAX_RESULT_BYTES``: the app never returns a silently smaller image."""
+    h, w = lr_shape
+    size = f"the whole {w}x{h} LR image to {w * scale}x{h * scale}"
+    views = len(seconds) + 1  # each result and the LR shown at output size
+    needed = views * h * w * scale**2 * 3
+    if needed > MAX_RESULT_BYTES:
+        fit = MAX_RESULT_BYTES // (h * w * scale**2 * 3) - 1
+        advice = f"choose at most {fit} method(s)" if fit >= 1 else "use a smaller image or scale"
+        raise ValueError(
+            f"upscaling {size} with {len(seconds)} method(s) needs {needed / 1024**3:.1f} GiB for the "
+            f"results, over this app's {MAX_RESULT_BYTES / 1024**3:.0f} GiB limit: {advice}, or run "
+            "`python -m iss upscale` locally"
+        )
+    total = sum(seconds.values())
+    if total > LR_MAX_SECONDS:
+        fastest = min(seconds, key=seconds.__getitem__)
+        raise ValueError(
+            f"upscaling {size} with these methods is expected to take {cost.approximately(total)}, over this "
+            f"app's {LR_MAX_SECONDS / 60:.0f}-minute limit ({fastest} alone: "
+            f"{cost.approximately(seconds[fastest])}): choose fewer methods, or run `python -m iss upscale` "
+            "locally"
+        )
 
 
 def _expected_seconds(
@@ -518,6 +631,9 @@ def compare_steps(
     device: str | None = None,
     zoo_path: str | None = None,
     out_dir: str | None = None,
+    write_files: bool = True,
+    progress: Callable[[float, str], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[Comparison]:
     """Upscale one image with bicubic and each chosen method's zoo checkpoint for (``arch``, ``scale``,
     ``ratio``); measure PSNR/SSIM (Y) in HR mode. Yields the comparison after each method; the last one is
@@ -526,20 +642,27 @@ def compare_steps(
     The input is cropped to its centre when the expected time is above ``MAX_SECONDS``. ``sparse`` (default
     ``iss.sparse.speed.sparse_by_default``) runs the checkpoints through ``iss.sparsify``. A method whose
     checkpoint is missing, corrupt or for another scale is not fatal: its table row says
-    ``unavailable: <reason>`` and it is left out of the images.
+    ``unavailable: <reason>`` and it is left out of the images. ``progress(fraction, text)`` hears after
+    every tile how far the whole comparison is and the time left; setting ``stop`` ends it after the current
+    tile, keeping the methods that finished.
     """
     arch, scale, ratio, methods, sparse = check_request(arch, scale, ratio, methods, sparse)
     device = device or default_device()
-    sparse = iss.sparse.speed.sparse_by_default(arch, device) if sparse is None else sparse
+    sparse = sparse_default(arch, device) if sparse is None else sparse
     lr, hr, message = prepare_input(image, mode, scale)
     lr, hr, expected = _bounded(lr, hr, arch, scale, ratio, methods, sparse, device, zoo_path)
     comp = Comparison(lr=lr, hr=hr)
     missing = availability(arch, scale, zoo_path)  # said once; the rows say which method is unavailable
-    notes = [n for n in (message, expected.note, missing) if n]
+    notes = [n for n in (message, expected.note, missing, cell_note(arch, scale, ratio, zoo_path)) if n]
     tile = TILE if max(lr.shape[:2]) > TILE_ABOVE else None
+    tracker = _Progress(expected.seconds, progress, stop)
     for i, name in enumerate(methods):
         try:
-            sr, row = _run_method(name, arch, lr, scale, ratio, device, sparse, zoo_path, tile)
+            on_tile = tracker.method(name)
+            sr, row = _run_method(name, arch, lr, scale, ratio, device, sparse, zoo_path, tile, on_tile)
+        except _Stopped:
+            notes.insert(0, f"Stopped: {len(comp.results)} of {len(methods)} methods finished.")
+            break
         except (FileNotFoundError, ValueError, KeyError, OSError) as e:
             comp.rows.append([name, f"unavailable: {short_reason(e)}", "", "", "", "", "", ""])
             if not missing:
@@ -558,19 +681,105 @@ def compare_steps(
             progress = f"{i + 1} of {len(methods)} methods done; running {methods[i + 1]}…"
             comp.message = "\n\n".join([progress, *notes])
             yield replace(comp, results=dict(comp.results), rows=list(comp.rows))  # a snapshot
+    if not comp.results and tracker.stopped:
+        raise ValueError("stopped before any method finished")
     if not comp.results:
         raise ValueError(
             "none of the chosen methods could run: " + "; ".join(f"{r[0]}: {r[1]}" for r in comp.rows)
         )
-    comp.files = _write_pngs(comp, out_dir)
+    comp.files = _write_pngs(comp, out_dir) if write_files else []
     h_out, w_out = next(iter(comp.results.values())).shape[:2]
-    kernels = "sparse kernels" if sparse and device == "cpu" else "dense kernels"
+    kernels = ", ".join(_kernels_ran(comp, arch, scale, ratio, device, sparse, zoo_path)) or "dense kernels"
     summary = (
         f"{arch} x{scale}: LR {lr.shape[1]}x{lr.shape[0]} to {w_out}x{h_out}, {len(comp.results)} method(s) "
         f"ran ({kernels}; expected {cost.format_seconds(sum(expected.seconds.values()))})."
     )
     comp.message = "\n\n".join([summary, *notes])
     yield comp
+
+
+_FIRST_LOCK = threading.Lock()
+
+
+def first_comparison(arch: str, zoo_path: str | None = None) -> Comparison:
+    """The comparison the Compare tab opens on, computed once per process: ``FIRST_EXAMPLE`` (the bundled
+    Urban100 crop chosen by ``benchmarks/app_examples.py``) at ``arch``'s default cell, every method, HR
+    mode, no PNG files (pressing Compare writes them)."""
+    with _FIRST_LOCK:  # concurrent first visitors wait for one computation
+        return _first_comparison(arch, zoo_path)
+
+
+@functools.lru_cache(maxsize=4)
+def _first_comparison(arch: str, zoo_path: str | None) -> Comparison:
+    """``first_comparison`` without the lock."""
+    scale = default_scale(arch, zoo_path)
+    ratio = default_ratio(arch, scale, zoo_path)
+    methods = method_choices(arch, scale, ratio, zoo_path)
+    example = EXAMPLES_DIR / FIRST_EXAMPLE
+    *_, comp = compare_steps(example, arch, scale, ratio, methods, zoo_path=zoo_path, write_files=False)
+    return comp
+
+
+class _Stopped(Exception):
+    """Stop was pressed: the comparison ends with the methods that finished."""
+
+
+class _Progress:
+    """Reports a comparison's progress after each tile (the share of its expected seconds done, and the time
+    left at the pace so far) and raises ``_Stopped`` once ``stop`` is set."""
+
+    def __init__(
+        self,
+        expected: dict[str, float],
+        report: Callable[[float, str], None] | None,
+        stop: threading.Event | None,
+    ) -> None:
+        self.expected, self.report, self.stop = expected, report, stop
+        self.total = max(sum(expected.values()), 1e-9)
+        self.done = 0.0  # expected seconds of the methods started before this one
+        self.started = time.monotonic()
+        self.stopped = False
+
+    def method(self, name: str) -> Callable[[int, int], None]:
+        """The ``on_tile`` callback for the next method, ``name`` (checks Stop before it starts)."""
+        self.check()
+        base, share = self.done, self.expected.get(name, 0.0)
+        self.done += share
+
+        def on_tile(done: int, total: int) -> None:
+            self.check()
+            if self.report is not None:
+                fraction = min((base + share * done / total) / self.total, 1.0)
+                elapsed = time.monotonic() - self.started
+                left = elapsed * (1 - fraction) / fraction if fraction > 0 else self.total
+                text = f"{name}: tile {done} of {total}, {cost.approximately(left)} left"
+                self.report(fraction, text)
+
+        return on_tile
+
+    def check(self) -> None:
+        """``_Stopped`` once Stop is pressed."""
+        if self.stop is not None and self.stop.is_set():
+            self.stopped = True
+            raise _Stopped
+
+
+def _kernels_ran(
+    comp: Comparison,
+    arch: str,
+    scale: int,
+    ratio: float | None,
+    device: str,
+    sparse: bool,
+    zoo_path: str | None,
+) -> list[str]:
+    """The kernels the comparison's checkpoints ran (``iss.sparse.sparse_path``), once each."""
+    if not sparse:
+        return []
+    names = (find_entry(arch, scale, ratio, m, zoo_path).name for m in comp.results if m != BICUBIC)
+    return list(
+        dict.fromkeys(iss.sparse.sparse_path(load_model(n, device, True, zoo_path)[0]) for n in names)
+    )
 
 
 def short_reason(error: BaseException | str, limit: int = 140) -> str:
@@ -591,6 +800,7 @@ def _run_method(
     sparse: bool,
     zoo_path: str | None,
     tile: int | None,
+    on_tile: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, list[Any]]:
     """Upscale ``lr`` with one method (bicubic, or the zoo checkpoint of that method for ``arch``, ``scale``
     and ``ratio``); returns the SR and its (unmeasured) table row."""
@@ -603,7 +813,7 @@ def _run_method(
     if int(meta["scale"]) != scale:
         raise ValueError(f"checkpoint is x{meta['scale']}, not x{scale}")
     start = time.perf_counter()
-    sr = iss.infer.upscale(model, lr, tile=tile, device=device)
+    sr = iss.infer.upscale_array(model, lr, tile=tile, device=device, on_tile=on_tile)
     seconds = time.perf_counter() - start
     key = (entry, device, sparse, zoo_path)
     if key in _WARM or not sparse:  # a sparse model's first call times its layers: no measure of speed
@@ -613,7 +823,7 @@ def _run_method(
     kept, total = meta["kept"], meta["total"]
     size = f"{meta['size_bytes'] / 1e6:.2f} MB"
     kept_text = f"{kept / 1e3:.0f}k / {total / 1e3:.0f}k ({100 * kept / max(total, 1):.1f}%)"
-    timing = f"{seconds:.3f} ({iss.sparse.sparse_path(model)})" if sparse else round(seconds, 3)
+    timing = round(seconds, 3)  # the kernels that ran are in the summary: the column stays narrow
     trained = meta.get("budget", {}).get("iterations", meta.get("iterations"))  # methods of a cell may differ
     trained_text = f"{trained:,}" if isinstance(trained, int) else "?"
     return sr, [name, "", "", kept_text, meta.get("ratio", ""), trained_text, size, timing]
@@ -727,29 +937,41 @@ def overview(comp: Comparison, box: tuple[int, int, int, int]) -> np.ndarray:
 def example_images(
     data_dir: str | os.PathLike | None = None, cache: str | os.PathLike | None = None
 ) -> list[tuple[str, str]]:
-    """(path, label) of the example images: Urban100 crops if the data folder has them, else bundled photos.
+    """(path, label) of the example images: the bundled Urban100 crops, the bundled photos, then (when
+    ``data_dir`` or ``$ISS_DATA_DIR`` holds Urban100) crops of ``URBAN100_MORE``.
 
-    Urban100 crops are cut on the fly into a cache folder outside the repository (benchmark images are never
-    committed).
+    Those extra crops are cut into ``cache``, a folder the caller owns (by default a new private one from
+    ``tempfile.mkdtemp``: never a fixed name another user could plant), around each image's most detailed
+    ``URBAN100_CROP_SIZE`` square.
     """
+    bundled = sorted(EXAMPLES_DIR.glob("*.png"), key=lambda p: (not p.stem.startswith("urban100_"), p.stem))
+    examples = [(str(p), _label(p.stem)) for p in bundled]
     urban = _urban100_folder(data_dir)
-    if urban is not None:
-        out = Path(cache or Path(tempfile.gettempdir()) / "iss-sr-urban100-crops")
-        out.mkdir(parents=True, exist_ok=True)
-        examples = []
-        for name, (x, y) in URBAN100_CROPS.items():
-            src = urban / f"{name}.png"
-            if not src.is_file():
-                continue
-            dst = out / f"Urban100_{name}_crop.png"
-            if not dst.is_file():
-                img = iss.data.read_image(src)
-                x0, y0 = min(x, img.shape[1] - URBAN100_CROP_SIZE), min(y, img.shape[0] - URBAN100_CROP_SIZE)
-                Image.fromarray(img[y0 : y0 + URBAN100_CROP_SIZE, x0 : x0 + URBAN100_CROP_SIZE]).save(dst)
-            examples.append((str(dst), f"Urban100 {name} (crop)"))
-        if examples:
-            return examples
-    return [(str(p), p.stem.replace("_", " ")) for p in sorted(EXAMPLES_DIR.glob("*.png"))]
+    if urban is None:
+        return examples
+    out = Path(cache) if cache is not None else Path(tempfile.mkdtemp(prefix="iss-sr-urban100-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for name in URBAN100_MORE:
+        if (urban / f"{name}.png").is_file():
+            dst = out / f"urban100_{name}.png"
+            Image.fromarray(_detailed_crop(iss.data.read_image(urban / f"{name}.png"))).save(dst)
+            examples.append((str(dst), _label(dst.stem)))
+    return examples
+
+
+def _label(stem: str) -> str:
+    """An example's label from its file name: ``urban100_img_012`` is "Urban100 img_012 (crop)"."""
+    if stem.startswith("urban100_"):
+        return f"Urban100 {stem.removeprefix('urban100_')} (crop)"
+    return stem.replace("_", " ")
+
+
+def _detailed_crop(img: np.ndarray, size: int = URBAN100_CROP_SIZE) -> np.ndarray:
+    """The ``size`` square of ``img`` with the most edges and texture (``most_detailed``)."""
+    size = min(size, *img.shape[:2])
+    cx, cy = most_detailed(img, size)
+    x0, y0 = int(cx - size / 2), int(cy - size / 2)
+    return img[y0 : y0 + size, x0 : x0 + size]
 
 
 def _urban100_folder(data_dir: str | os.PathLike | None) -> Path | None:
@@ -764,6 +986,6 @@ def _urban100_folder(data_dir: str | os.PathLike | None) -> Path | None:
         root / "HR",
         root / "Urban100",
     ):
-        if (candidate / "img_012.png").is_file() or (candidate / "img_061.png").is_file():
+        if any((candidate / f"{name}.png").is_file() for name in URBAN100_MORE):
             return candidate
     return None

@@ -20,6 +20,31 @@ RUN_COLORS = {"iss-p": "#e66100", "iht": "#1a5fb4"}  # orange and blue: apart fo
 RUN_LABELS = {"iss-p": "ISS-P", "iht": "IHT"}
 DASHES = ("solid", "dot", "dash", "longdash", "dashdot", "longdashdot")
 MAX_POINTS = 600
+# One line under each plot: what it shows and what to look for (the paper's claim, never this run's result).
+CAPTIONS = {
+    "mask": (
+        "*Look for* ISS-P (orange) above IHT (blue): in the paper's Fig. 3 ISS-P's mask keeps changing while "
+        "IHT's stays mostly still. Upper panels: weights entering or leaving the mask per iteration in two "
+        "layers; lowest: the whole mask's distance from its first selection; dotted: K_p, where masks freeze."
+    ),
+    "gradients": (
+        "*Look for* ISS-P's gradient norm converging steadily in the pruning stage and its variance staying "
+        "below IHT's, as the paper's Fig. 4 reports (log scale; one dash style per layer)."
+    ),
+    "training": (
+        "*Look for* whether the extra mask movement costs or pays: training loss, and the PSNR of a 96x96 "
+        "validation crop; after K_p (dotted) both runs fine-tune with frozen masks."
+    ),
+    "structure": (
+        "Left: the share of kept weights at each 3x3 kernel tap; middle: how concentrated they are on a few "
+        "channels per layer type (1 = as a random mask); right: output channels with no kept weight per "
+        "block, beside a random mask with the same count (black marks)."
+    ),
+    "histogram": (
+        "How large the kept (non-zero) weights are, log10 |w|, as a fraction of each model's (or layer's) "
+        "kept weights: curves apart mean the methods keep weights of different sizes."
+    ),
+}
 
 
 def downsample(x: Sequence[float], y: Sequence[float], max_points: int = MAX_POINTS) -> tuple[list, list]:

@@ -3,29 +3,27 @@
 Every pruner here keeps the same fraction of every layer, so per-layer kept fractions say nothing; the mask's
 structure does: which kernel taps, how concentrated on a few channels, how many output channels are left
 empty, each beside a random mask with the same count per layer. The paper's Tables 1-5 are bundled as
-``paper_results.json``; the bicubic rows come from ``benchmarks/results/bicubic_x{2,3,4}.json``. No gradio.
+``iss/data/paper_results.json``; the bicubic rows from ``iss/data/bicubic_x{2,3,4}.json``. No gradio.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch import nn
 
 import iss
+import iss.data.reference
 from iss.zoo import METHOD_ORDER
 
 from . import figures
-from .compare import BICUBIC, bicubic_results, load_model, short_reason, zoo
+from .compare import BICUBIC, bicubic_results, default_cell, load_model, short_reason, zoo
 
-PAPER_RESULTS = Path(__file__).with_name("paper_results.json")
 ZOO_VS_PAPER_HEADERS = [
     "cell", "method", "iterations",
     *(f"{name}: ours (paper)" for name in iss.data.BENCHMARKS),
@@ -147,8 +145,8 @@ def sparsity_view(
 
 
 def paper_results() -> dict[str, Any]:
-    """The paper's Tables 1-5 as parsed into ``paper_results.json``."""
-    return json.loads(PAPER_RESULTS.read_text())
+    """The paper's Tables 1-5 (``iss/data/paper_results.json``)."""
+    return iss.data.reference.paper_results()
 
 
 def zoo_vs_paper(zoo_path: str | None = None) -> list[list[Any]]:
@@ -186,6 +184,17 @@ def sorted_entries(zoo_path: str | None = None) -> list[Any]:
     """The zoo's entries by backbone, scale, ratio, then method (``METHOD_ORDER``)."""
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
     return sorted(zoo(zoo_path), key=lambda e: (*_cell(e), order.get(e.method, len(order)), e.method))
+
+
+def default_checkpoint(zoo_path: str | None = None) -> str | None:
+    """The checkpoint the tab opens on: ISS-P of the app's default cell (``compare.default_cell``), else that
+    cell's first entry in ``sorted_entries`` order, else the first entry (None for an empty zoo)."""
+    arch, scale, ratio = default_cell(zoo_path)
+    entries = sorted_entries(zoo_path)
+    cell = [e for e in entries if _cell(e) == (arch, scale, round(float(ratio or 0), 6))]
+    chosen = next((e for e in cell if e.method == "iss-p"), cell[0] if cell else None)
+    chosen = chosen or (entries[0] if entries else None)
+    return chosen.name if chosen else None
 
 
 def _cell(item: Any) -> tuple[str, int, float]:

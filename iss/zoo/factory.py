@@ -31,8 +31,6 @@ import torch
 from .manifest import DEFAULT_ZOO
 from .plan import Cell, Plan, load_plan
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 @dataclass
 class CellRecord:
@@ -327,16 +325,15 @@ def device_name(device: str, threads: int | None = None) -> str:
 
 
 def git_commit() -> str:
-    """The code's commit: ``$ISS_GIT_COMMIT`` (set where the tree travels without .git), else ``git``."""
+    """The code's commit: ``$ISS_GIT_COMMIT`` (set where the tree travels without .git), else ``git`` in the
+    working directory (the checkout the zoo is trained from)."""
     if os.environ.get("ISS_GIT_COMMIT"):
         return os.environ["ISS_GIT_COMMIT"]
     try:
         head = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "diff", "--quiet", "HEAD", "--", "iss"]
-        ).returncode
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "iss"]).returncode
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("-dirty" if dirty else "")
@@ -446,8 +443,8 @@ def train_plan(
 
 @contextlib.contextmanager
 def _sole_factory(work: Path) -> Iterator[None]:
-    """Hold ``work/factory.lock`` while training: a second ``zoo train`` on the same folder (say, one left
-    running by an earlier session) would train the same cells at once. The kernel frees it when the process
+    """Hold ``work/factory.lock`` while training: a second ``zoo train`` on the same folder (say, one still
+    running from an earlier start) would train the same cells at once. The kernel frees it when the process
     ends, however it ends."""
     try:
         import fcntl
@@ -513,7 +510,7 @@ def _start(
     if threads:
         command += ["--threads", str(threads)]
     with (folder / "worker.log").open("a") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _summary(work: Path, cell: Cell, exit_code: int) -> str:
@@ -663,7 +660,7 @@ COMMANDS = ("train", "cell", "status", "add", "budget", "pack", "export")
 def add_commands(sub: Any, common: Any) -> None:
     """``zoo train|cell|status|add`` (the factory's part of ``python -m iss zoo``)."""
     planned = type(common)(add_help=False)
-    planned.add_argument("--plan", type=Path, default=REPO_ROOT / "checkpoints" / "zoo_plan.json")
+    planned.add_argument("--plan", type=Path, default=Path("checkpoints", "zoo_plan.json"))
     planned.add_argument(
         "--data-dir",
         type=Path,
@@ -699,7 +696,7 @@ def add_commands(sub: Any, common: Any) -> None:
     add.add_argument(
         "--recordings",
         type=Path,
-        default=REPO_ROOT / "assets" / "recordings",
+        default=Path("assets", "recordings"),
         help="where the ISS-P vs IHT recordings of added groups go (the Analysis tab's)",
     )
     budget = sub.add_parser("budget", parents=[worked], help="set the plan's iterations from throughput")
@@ -707,7 +704,7 @@ def add_commands(sub: Any, common: Any) -> None:
     budget.add_argument("--cell-minutes", type=float, required=True, help="training minutes per cell")
     budget.add_argument("--jobs", type=int, default=1, help="cells that will train at once")
     pack = sub.add_parser("pack", parents=[planned], help="copy the plan's data for a GPU machine")
-    pack.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="ignored folder to carry")
+    pack.add_argument("--out", type=Path, default=Path(".gpu"), help="ignored folder to carry")
     pack.add_argument("--budget-mib", type=float, default=60, help="tracked files + pack stay under this")
     export = sub.add_parser("export", parents=[worked], help="tar the cells' results to bring them back")
     export.add_argument("--out", type=Path, required=True, help="folder for cells-<k>.tar.gz")

@@ -29,12 +29,12 @@ from typing import Any
 from huggingface_hub import EvalResult, HfApi, ModelCardData, constants
 from huggingface_hub import try_to_load_from_cache as _try_to_load_from_cache
 
+from iss.data import reference
 from iss.hub import DOWNLOAD_ERRORS, describe_error, download, hub_offline, sha256_of, unreachable
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_ZOO = REPO_ROOT / "checkpoints" / "zoo.json"
+DEFAULT_ZOO = Path("checkpoints", "zoo.json")  # a source checkout's bundled zoo; commands run at its root
 DEFAULT_HUB_REPO = (
     "iss-sr/zoo"  # where ``zoo push`` publishes unless told otherwise; entries start at ``main``
 )
@@ -629,8 +629,8 @@ def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None
 
 def markdown_table(entries: list[ZooEntry]) -> str:
     """The zoo in full (``docs/zoo.md``): per (arch, scale, ratio) group, each entry's PSNR/SSIM and training
-    budget, then bicubic (``benchmarks/results/bicubic_x*.json``) and the paper's numbers for those cells."""
-    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    budget, then bicubic (``iss.data.reference``) and the paper's numbers for those cells."""
+    paper = reference.paper_results()["rows"]
     sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
     lines = []
     for key in dict.fromkeys((e.arch, e.scale, e.ratio) for e in entries):
@@ -645,9 +645,7 @@ def markdown_table(entries: list[ZooEntry]) -> str:
         for e in group:
             cells = " | ".join(_metric_cell(e.metrics.get(s)).replace(" / ", "/") for s in sets)
             lines.append(f"| {e.method} | {cells} | {_budget_text(e.budget)} |")
-        bicubic = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{scale}.json"
-        if bicubic.is_file():
-            values = json.loads(bicubic.read_text())
+        if values := reference.bicubic_results(scale):
             lines.append(
                 "| bicubic | "
                 + " | ".join(_metric_cell(values.get(s)).replace(" / ", "/") for s in sets)
@@ -672,7 +670,7 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
     bicubic and each method, and under it a row with the paper's numbers for the same cell. Where a row's
     methods trained for different numbers of iterations, each says its own (``36.10 / 28.20 (60k it)``), so
     that no one reads a longer budget as a better method."""
-    paper = json.loads((REPO_ROOT / "iss" / "ui" / "paper_results.json").read_text())["rows"]
+    paper = reference.paper_results()["rows"]
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
     methods = sorted({e.method for e in entries}, key=lambda m: (order.get(m, len(order)), m))
     lines = [
@@ -683,8 +681,7 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
         group = {e.method: e for e in entries if (e.arch, e.scale, e.ratio) == cell}
         mixed = len({e.budget.get("iterations") for e in group.values()}) > 1
         theirs = {r["method"]: r["metrics"] for r in paper if (r["arch"], r["scale"], r["ratio"]) == cell}
-        bicubic_file = REPO_ROOT / "benchmarks" / "results" / f"bicubic_x{cell[1]}.json"
-        bicubic = json.loads(bicubic_file.read_text()) if bicubic_file.is_file() else {}
+        bicubic = reference.bicubic_results(cell[1])
         row = [f"{cell[0]} x{cell[1]} r{cell[2]:g}", _psnrs(bicubic, sets)]
         for m in methods:
             entry = group.get(m)

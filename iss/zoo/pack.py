@@ -30,8 +30,8 @@ _STATE = re.compile(r"state_(\d+)\.safetensors")  # a recording's resumable stat
 
 def pack_data(plan: Plan, data_dir: Path, out: Path, *, budget_mib: float, log=print) -> list[str]:
     """Copy the plan's training folders, then its evaluation sets while they fit in ``budget_mib`` together
-    with the tracked files of the repository; returns the evaluation sets left out."""
-    repo = Path(__file__).resolve().parents[2]
+    with the tracked files of the checkout in the working directory; returns the evaluation sets left out."""
+    repo = checkout()
     tracked = tracked_files(repo)
     left = budget_mib * MIB - sum(tracked.values())
     for folder in plan.train_data:
@@ -63,6 +63,12 @@ def pack_data(plan: Plan, data_dir: Path, out: Path, *, budget_mib: float, log=p
         + (f"; left out (evaluate them here with zoo add): {', '.join(skipped)}" if skipped else "")
     )
     return skipped
+
+
+def checkout() -> Path:
+    """The root of the git checkout the working directory is in (the zoo is trained from one)."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True)
+    return Path(top.stdout.strip())
 
 
 def tracked_files(repo: Path) -> dict[str, int]:

@@ -96,9 +96,9 @@ def upscale(
 ) -> Image.Image:
     """Super-resolve one image (a file, a PIL image or an array, in any mode the loader reads) to RGB.
 
-    ``tile`` as in ``iss.infer.upscale`` (default: whole, tiled above ``iss.infer.AUTO_TILE_PIXELS``).
+    ``tile`` as in ``iss.infer.upscale_array`` (default: whole, tiled above ``iss.infer.AUTO_TILE_PIXELS``).
     """
-    return Image.fromarray(infer.upscale(model, _rgb(image), tile=tile))
+    return Image.fromarray(infer.upscale_array(model, _rgb(image), tile=tile))
 
 
 def _rgb(image: str | os.PathLike | Image.Image | np.ndarray) -> np.ndarray:

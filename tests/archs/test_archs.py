@@ -305,7 +305,7 @@ def _worst_options(name: str) -> dict:
 
 @pytest.mark.parametrize("name", archs.list_archs())
 def test_sane_option_ranges_bound_the_model_size(name: str) -> None:
-    """Issue 17 item 1: whatever a checkpoint's arch_kwargs say within the ranges, the model stays small."""
+    """Whatever a checkpoint's arch_kwargs say within the ranges, the model stays small."""
     worst = _worst_options(name)
     archs.check_overrides(name, worst)
     with torch.device("meta"):  # sizes only: nothing is allocated for parameters

@@ -90,10 +90,10 @@ def test_report_reads_seed_0_from_the_zoo_and_trains_other_seeds_at_the_same_bud
 
 def test_seed_0_of_methods_without_a_pruning_stage_is_the_bundled_entry(tmp_path: Path) -> None:
     """The zoo records K_p 0 for L1 and scratch (they fine-tune for the whole budget), the plan its group's
-    K_p, which SRP trains with; the second round's plan splits the group over several entries."""
+    K_p, which SRP trains with; the CPU plan splits the group over several entries."""
     bench, zoo = load_benchmark("seed_spread"), ROOT / "checkpoints" / "zoo.json"
     plan, methods = zoo.with_name("zoo_plan_cpu2.json"), ["l1", "scratch", "srp"]  # scratch: its own entry
-    bench.write_plans(plan, ["swinir-light_x4_r0.95"], methods, [0], tmp_path)  # the second round's cells
+    bench.write_plans(plan, ["swinir-light_x4_r0.95"], methods, [0], tmp_path)  # the 60,000-iteration cells
     psnr = bench.collect(zoo, tmp_path, [0], ["Set5"], None)["swinir-light_x4_r0.95"]
     bundled = {e["name"]: e["metrics"]["Set5"]["psnr"] for e in json.loads(zoo.read_text())["entries"]}
     for method in methods:

@@ -13,10 +13,9 @@ from torch import nn
 
 import iss.archs
 import iss.pruning as pruning
-from iss.pruning import TelemetryRecorder
 from iss.pruning.base import gap_threshold, n_unimportant, select_nm, select_smallest
 from iss.pruning.schedule import growth_schedule
-from iss.pruning.telemetry import pack_bits, popcount, unpack_bits
+from iss.pruning.telemetry import TelemetryRecorder, pack_bits, popcount, unpack_bits
 
 RATIO = 0.75
 
@@ -139,7 +138,7 @@ def test_the_threshold_hint_holds_when_iht_zeroes_and_the_optimizer_moves_the_we
     pruner.step()  # selects the 900 small weights and zeroes them
     zeroed = layer.weight.data.flatten() == 0
     layer.weight.data.view(-1)[zeroed] = lr * torch.rand(900, generator=g)  # one Adam step moves them back
-    group = pruner._groups[0]
+    group = pruner.groups[0]
     with torch.no_grad():
         assert int(zeroed.sum()) == 900 and torch.equal(group.magnitudes() > group.tau, group.kept)
 
@@ -526,7 +525,7 @@ def test_srp_set_is_fixed_then_stabilised_then_pruned():
 def alignment_reference(pruner, model: nn.Module) -> dict[str, torch.Tensor]:
     """Autograd gradient of lw_spr * mean over pairs of mean_i (s_a - s_b)^2 for the two 16x16 layers."""
     names = ["2.weight", "4.weight"]
-    group = next(g for g in pruner._groups if g.names == names)
+    group = next(g for g in pruner.groups if g.names == names)
     params = dict(model.named_parameters())
     ws = [params[n].detach().clone().requires_grad_(True) for n in names]
     tau = group.tau.detach()

@@ -330,3 +330,34 @@ def test_half_tiles_stay_close_to_dense_and_exact_is_one_flag_away() -> None:
         out = sparsify(net, min_speedup=0.0)(huge)
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out, net(huge), rtol=1e-3, atol=1e-3 * net(huge).abs().max().item())
+
+
+def _count_timings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one per call of the timing path (``layers._time_pair``)."""
+    calls: list[int] = []
+    timer = layers._time_pair
+    monkeypatch.setattr(layers, "_time_pair", lambda *a: calls.append(1) or timer(*a))
+    return calls
+
+
+def test_clear_calls_run_sparse_without_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zoo-like model (every layer 95% zero, a real input size) decides without one timing: its first call
+    costs a forward, not a timing per distinct layer."""
+    if kernels.load() is None:
+        pytest.skip("clear calls need the compiled C kernels")
+    calls = _count_timings(monkeypatch)
+    torch.manual_seed(0)
+    fast = sparsify(masked(archs.build("swinir-light", 4), 0.95))
+    with torch.inference_mode():
+        fast(torch.rand(1, 3, 96, 96))
+    assert calls == []
+    assert set(layer_modes(fast).values()) <= {"sparse", "fused"}
+
+
+def test_close_calls_are_still_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``CLEAR_ZEROS`` (or with little work per call) the choice is measured."""
+    calls = _count_timings(monkeypatch)
+    fast = sparsify(nn.Sequential(masked(nn.Conv2d(32, 32, 3, padding=1), 0.8)))
+    with torch.inference_mode():
+        fast(torch.rand(1, 32, 64, 64))
+    assert len(calls) == 1

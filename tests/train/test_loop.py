@@ -333,7 +333,7 @@ def test_resume_follows_the_training_folders_by_name(tiny_run: dict, tmp_path: P
 
 @pytest.mark.parametrize("damage", ["truncated", "foreign"])
 def test_resume_from_a_damaged_state_is_one_line(tiny_run: dict, tmp_path: Path, damage: str) -> None:
-    """Issue 30 item 5: ``--resume`` from a truncated or foreign ``state.pt`` says so in one line (exit 2)."""
+    """``--resume`` from a truncated or foreign ``state.pt`` says so in one line (exit 2)."""
     config = _config(tmp_path, tiny_run, iters=3)
     list(train_mod.train(config))
     state = Path(config.out) / "state.pt"

@@ -16,7 +16,7 @@ import iss
 import iss.sparse.speed
 from iss.train import NonFiniteLossError
 from iss.train.recording import RunTrace, load_recording, load_state, save_recording, save_state
-from iss.ui import analysis
+from iss.ui import analysis, compare
 
 
 @pytest.mark.slow  # ~3 s idle, much more on a loaded machine
@@ -85,9 +85,9 @@ def test_stop_keeps_the_plots_and_says_where() -> None:
     rest = list(stream)
     assert len(rest) == 1  # one last update, then the run ends
     flips, grads, training, status = rest[0]
-    assert "Stopped at iteration 2** (2 done; you pressed Stop)" in status and "2 / 50" in status
+    assert "Stopped at iteration 1** (1 done; you pressed Stop)" in status and "1 / 50" in status  # mid-step
     assert all(len(fig.data) > 0 for fig in (flips, grads, training))
-    assert len(next(t for t in training.data if t.name == "ISS-P loss").x) == 2
+    assert len(next(t for t in training.data if t.name == "ISS-P loss").x) == 1
 
 
 @pytest.mark.parametrize(
@@ -191,17 +191,102 @@ def test_recordings_are_named_never_reached_by_path(name: str) -> None:
         analysis.start_settings(f"{name} @ 1")
 
 
-def test_the_mask_sentence_is_computed_from_the_run() -> None:
-    """Issue 27 item 4: the text says what the plot shows (here IHT moves more), never a fixed claim."""
-    traces = {run: RunTrace(layers=[]) for run in ("iss-p", "iht")}
-    for i, (flips_p, flips_i) in enumerate([(0.2, 0.4), (0.4, 0.8)], 1):
-        for run, flips in (("iss-p", flips_p), ("iht", flips_i)):
+def _traces(rows: list[dict[str, tuple[float, float, float, float]]]) -> dict[str, RunTrace]:
+    """Two runs' traces from per-iteration (whole-mask flips, distance to the first mask, flips in layer a,
+    flips in layer b) per run."""
+    traces = {run: RunTrace(layers=["a.weight", "b.weight"]) for run in ("iss-p", "iht")}
+    for i, row in enumerate(rows, 1):
+        for run, (total, distance, a, b) in row.items():
             traces[run].commit(i, 0.1)
-            traces[run].flips_total[-1], traces[run].distance_first[-1] = (
-                flips,
-                5.5 if run == "iss-p" else 6.3,
-            )
-    text = analysis.mask_summary(traces)
-    assert "ISS-P flips 0.3‰" in text and "IHT 0.6‰ and 6.3‰" in text
-    assert text.endswith("ISS-P's mask moves less than IHT's.")
-    assert analysis.mask_summary({"iss-p": traces["iss-p"]}) == ""
+            traces[run].flips_total[-1], traces[run].distance_first[-1] = total, distance
+            traces[run].flips["a.weight"][-1], traces[run].flips["b.weight"][-1] = a, b
+    return traces
+
+
+def test_the_mask_summary_says_what_the_plot_shows_when_iht_moves_more() -> None:
+    """Every sentence comes from the plotted series (distance to the first mask, each plotted layer's flips):
+    where IHT moves more the text says so, even when ISS-P's whole-mask flips (not plotted) are larger."""
+    traces = _traces(
+        [
+            {"iss-p": (0.9, 4.0, 0.1, 0.3), "iht": (0.1, 6.0, 0.8, 0.3)},
+            {"iss-p": (0.9, 5.5, 0.1, 0.3), "iht": (0.1, 9.0, 1.0, 0.31)},
+        ]
+    )
+    text = analysis.mask_summary(traces, ["a.weight", "b.weight"])
+    assert "ISS-P is 5.5‰ from its first selection, IHT 9‰ (iteration 2): IHT moved further." in text
+    assert "a: ISS-P flips 0.1‰ of its weights per iteration on average, IHT 0.9‰: IHT flips more." in text
+    assert "b: ISS-P flips 0.3‰" in text and "about level" in text
+    assert "ISS-P moved further" not in text and "ISS-P flips more" not in text
+    assert analysis.mask_summary({"iss-p": traces["iss-p"]}, ["a.weight"]) == ""
+
+
+def test_the_mask_summary_stops_at_the_freeze() -> None:
+    """After K_p the masks are frozen: the summary reads the pruning stage (the plot's dotted line)."""
+    traces = _traces(
+        [
+            {"iss-p": (0.5, 8.0, 0.5, 0.5), "iht": (0.1, 2.0, 0.1, 0.1)},
+            {"iss-p": (0.0, 0.0, 0.0, 0.0), "iht": (0.0, 40.0, 0.0, 0.0)},
+        ]
+    )
+    for trace in traces.values():
+        trace.finetune_from = 2
+    text = analysis.mask_summary(traces, ["a.weight"])
+    assert "ISS-P is 8‰ from its first selection, IHT 2‰ (iteration 1): ISS-P moved further." in text
+
+
+def test_each_recording_says_whether_it_made_the_shipped_checkpoints() -> None:
+    """The recordings are compared field by field with checkpoints/zoo.json's budgets of their cell."""
+    assert analysis.recording_differences("swinir-light_x4_r0.95_cpu") == []
+    assert "made the zoo's ISS-P and IHT" in analysis.recording_origin("swinir-light_x4_r0.95_cpu")
+    ramp = analysis.recording_differences("swinir-light_x4_r0.99_cpu")
+    assert ramp == ["ISS-P with no alpha_ramp: constant alpha 0.95 (shipped ISS-P: alpha_ramp 10,000)"]
+    first_round = analysis.recording_differences("swinir-light_x2_r0.95_cpu")
+    assert "6,000 iterations (shipped ISS-P and IHT: 60,000 iterations)" in first_round
+    labels = dict((name, label) for label, name in analysis.recording_choices())
+    assert "made the shipped ISS-P and IHT" in labels["swinir-light_x4_r0.95_cpu"]
+    assert "alpha_ramp" in labels["swinir-light_x4_r0.99_cpu"]
+
+
+def test_the_tab_opens_on_the_default_cells_recording_with_its_contrast() -> None:
+    """The default cell (x4 r0.95) has the recording of its shipped runs: the tab opens on it, with no note,
+    and its summary reads ISS-P's larger drift off the plot."""
+    assert compare.default_cell() == ("swinir-light", 4, 0.95)
+    name = analysis.default_recording()
+    assert name == "swinir-light_x4_r0.95_cpu"
+    assert analysis.opening_note() == ""
+    *_, summary = analysis.recorded_figures(name)
+    assert (
+        "ISS-P is 63.1‰ from its first selection, IHT 37.3‰ (iteration 29,990): ISS-P moved further"
+        in summary
+    )
+
+
+def test_a_default_cell_without_a_shipped_recording_opens_on_the_same_recipes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """x2 r0.95's bundled recording is of 6,000-iteration runs, not the shipped ones: the tab opens on the
+    shipped x4 r0.95 pair (same recipe) and says why."""
+    monkeypatch.setattr(compare, "default_cell", lambda zoo_path=None: ("swinir-light", 2, 0.95))
+    assert analysis.default_recording() == "swinir-light_x4_r0.95_cpu"
+    note = analysis.opening_note()
+    assert "swinir-light_x2_r0.95_cpu" in note and "same recipe" in note
+
+
+def test_a_default_cell_with_its_own_shipped_recording_opens_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compare, "default_cell", lambda zoo_path=None: ("cat-r", 2, 0.95))
+    assert analysis.default_recording() == "cat-r_x2_r0.95_cpu"
+    assert analysis.opening_note() == ""
+
+
+def test_a_resumed_live_run_plots_the_layers_that_flip_most_after_its_state() -> None:
+    """At the bundled state (x4 r0.95 @ 22,500) the quarter/three-quarter layers barely flip (0.0015-0.05‰ per
+    iteration in the recording): a live run there plots the two that flip most in the recorded 2,500
+    iterations after it, so its plots move from the first updates."""
+    start = analysis.default_start()
+    assert analysis.busiest_layers(start) == [
+        "layers.0.residual_group.blocks.1.mlp.fc2.weight",
+        "layers.1.residual_group.blocks.0.attn.proj.weight",
+    ]
+    assert analysis.busiest_layers(analysis.RANDOM_INIT) == []
+    with pytest.raises(KeyError, match="no recorded state"):
+        analysis.busiest_layers("../etc @ 1")

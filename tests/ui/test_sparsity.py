@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from iss.ui import sparsity
+from iss.ui import compare, figures, sparsity
 
 
 def test_paper_results_match_the_paper() -> None:
@@ -79,3 +79,14 @@ def test_a_malformed_checkpoint_is_unavailable_with_its_reason_and_no_paths(malf
     assert sparsity.sparsity_view("tiny_x2_iht_r0.5", None, malformed_zoo)[2]
     methods = [row[1] for row in sparsity.zoo_vs_paper(malformed_zoo)]
     assert methods == ["iht", "bicubic"]  # the one evaluated entry, then the baseline
+
+
+def test_the_tab_opens_on_the_default_cells_iss_p() -> None:
+    """Sparsity opens where Compare does (``compare.default_cell``), on that cell's ISS-P checkpoint."""
+    arch, scale, ratio = compare.default_cell()
+    assert sparsity.default_checkpoint() == f"{arch}_x{scale}_iss-p_r{ratio}"
+
+
+def test_every_plot_has_a_caption() -> None:
+    assert set(figures.CAPTIONS) >= {"mask", "gradients", "training", "structure", "histogram"}
+    assert all(text.count(". ") <= 3 for text in figures.CAPTIONS.values())

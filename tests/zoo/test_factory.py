@@ -451,7 +451,7 @@ def test_status_says_how_long_a_cell_under_way_has_left(tmp_path: Path) -> None:
 
 def test_cells_the_zoo_holds_at_their_budget_are_not_trained_again(tmp_path: Path, data_dir: Path) -> None:
     """A work folder the machine did not keep: cells already in zoo.json at the plan's budget are skipped
-    (and shown as landed); one landed at another budget (an earlier round) is trained again."""
+    (and shown as landed); one landed at another budget (an earlier plan's) is trained again."""
     plan = load_plan(_plan(tmp_path))
     iss_p, iht, *rest = plan.cells
 

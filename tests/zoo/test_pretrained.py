@@ -117,7 +117,7 @@ def test_load_errors_say_what_is_wrong(tiny_zoo: str, tmp_path: Path) -> None:
 
 def test_upscale_takes_a_path_a_pil_image_or_an_array(tiny: torch.nn.Module, tmp_path: Path) -> None:
     rgb = _noise(10, 14)
-    expected = iss.infer.upscale(tiny, rgb)
+    expected = iss.infer.upscale_array(tiny, rgb)
     path = _save(tmp_path / "a.png", rgb)
     for image in (path, str(path), Image.fromarray(rgb), rgb):
         out = iss.upscale(tiny, image)
@@ -128,12 +128,13 @@ def test_upscale_takes_a_path_a_pil_image_or_an_array(tiny: torch.nn.Module, tmp
 def test_upscale_reads_grayscale_and_rgba_as_the_app_does(tiny: torch.nn.Module) -> None:
     gray = _noise(9, 11, channels=1)
     np.testing.assert_array_equal(
-        np.asarray(iss.upscale(tiny, Image.fromarray(gray))), iss.infer.upscale(tiny, np.dstack([gray] * 3))
+        np.asarray(iss.upscale(tiny, Image.fromarray(gray))),
+        iss.infer.upscale_array(tiny, np.dstack([gray] * 3)),
     )
     rgba = np.dstack([_noise(9, 11), np.zeros((9, 11), np.uint8)])  # fully transparent: white
     white = np.full((9, 11, 3), 255, np.uint8)
     np.testing.assert_array_equal(
-        np.asarray(iss.upscale(tiny, Image.fromarray(rgba, "RGBA"))), iss.infer.upscale(tiny, white)
+        np.asarray(iss.upscale(tiny, Image.fromarray(rgba, "RGBA"))), iss.infer.upscale_array(tiny, white)
     )
 
 
@@ -173,7 +174,7 @@ def test_a_folder_with_a_bad_file_goes_on_and_exits_1(
     assert written == ["alpha_tiny_x2_iht.png", "colour_tiny_x2_iht.png", "gray_tiny_x2_iht.png"]
     for name, array in arrays.items():
         result = iss.data.read_image(tmp_path / "out" / f"{name}_tiny_x2_iht.png")
-        np.testing.assert_array_equal(result, iss.infer.upscale(tiny, iss.data.to_rgb_uint8(array)))
+        np.testing.assert_array_equal(result, iss.infer.upscale_array(tiny, iss.data.to_rgb_uint8(array)))
     assert Image.open(tmp_path / "out" / "alpha_tiny_x2_iht.png").mode == "RGB"
 
 
@@ -191,7 +192,9 @@ def test_globs_files_and_zoo_names_each_image_once_in_webp(
         "b_tiny_x2_iht_r0.5.webp",
     ]  # the zoo name already says x2; webp is lossless
     webp = Image.open(tmp_path / "out" / "a_tiny_x2_iht_r0.5.webp")
-    np.testing.assert_array_equal(np.asarray(webp.convert("RGB")), iss.infer.upscale(tiny, _noise(8, 8)))
+    np.testing.assert_array_equal(
+        np.asarray(webp.convert("RGB")), iss.infer.upscale_array(tiny, _noise(8, 8))
+    )
 
 
 def test_tiles_and_a_name_that_does_not_say_the_scale(
@@ -204,7 +207,7 @@ def test_tiles_and_a_name_that_does_not_say_the_scale(
     code, _, _ = _upscale(capsys, plain, tmp_path / "in", "-o", tmp_path / "out", "--tile", "36", "--dense")
     assert code == 0
     result = iss.data.read_image(tmp_path / "out" / "p_mine_x2.png")
-    np.testing.assert_array_equal(result, iss.infer.upscale(tiny, image, tile=36))
+    np.testing.assert_array_equal(result, iss.infer.upscale_array(tiny, image, tile=36))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["upscale", str(plain), str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--tile", "32"])
     assert exit_info.value.code == 2 and "must be a whole number above 32" in capsys.readouterr().err
