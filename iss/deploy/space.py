@@ -1,12 +1,12 @@
 """``python -m iss space export DIR``: the folder a Hugging Face Space repository holds.
 
-The folder has the app and the library (``app.py``, ``iss/``), the example images, recordings and bicubic
-rows the app reads, ``requirements.txt`` (what a Space installs with pip), ``packages.txt`` (the C compiler
-``iss.sparse`` builds its kernels with, installed with apt), a README whose front matter preloads the zoo's
-checkpoints from its Hub model repo at build time (``preload_from_hub``), the zoo manifest pinned to that
-repo, and a ``.gitattributes`` that routes every binary file through Xet/LFS: the Hub refuses binaries pushed
-as plain git objects. No checkpoint is copied: the app downloads them (``zoo push`` publishes them).
-See docs/deploy.md.
+The folder has the app and the library (``app.py``, ``iss/``), the example images and recordings the app
+reads, ``requirements.txt`` (what a Space installs with pip), ``packages.txt`` (the C compiler ``iss.sparse``
+builds its kernels with, installed with apt), a README whose front matter preloads the zoo's checkpoints from
+its Hub model repo at build time (``preload_from_hub``), the zoo manifest pinned to that repo, and a
+``.gitattributes`` that routes every binary file through Xet/LFS: the Hub refuses binaries pushed as plain git
+objects. No checkpoint is copied: the app downloads them (``zoo push`` publishes them). Run it at the root
+of a checkout. See docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from pathlib import Path
 import gradio
 from huggingface_hub import SpaceCardData
 
-from iss.zoo.manifest import DEFAULT_ZOO, REPO_ROOT, load_zoo
+from iss.zoo.manifest import DEFAULT_ZOO, load_zoo
 
 __all__ = ["BINARY_PATTERNS", "PACKAGES", "add_arguments", "export_space", "run"]
 
 # What the Space repo holds, relative to the checkout (folders copied whole, less caches and checkpoints).
-CONTENTS = ("app.py", "iss", "assets", "requirements.txt", "benchmarks/results/bicubic_x2.json",
-            "benchmarks/results/bicubic_x3.json", "benchmarks/results/bicubic_x4.json")  # fmt: skip
+CONTENTS = ("app.py", "iss", "assets", "requirements.txt")
 SKIPPED = ("__pycache__", "*.pyc", "*.egg-info", "*.so", ".*")
 PACKAGES = ("gcc", "libc6-dev")  # iss.sparse compiles its kernels with cc at first use
 BINARY_PATTERNS = ("*.png", "*.jpg", "*.jpeg", "*.webp", "*.gif", "*.npz", "*.npy", "*.safetensors",
@@ -42,17 +41,18 @@ def export_space(
     pins it): its repos are preloaded and it is the Space's zoo manifest.
     """
     folder, manifest = Path(folder), Path(manifest) if manifest is not None else DEFAULT_ZOO
+    root = Path.cwd()  # a source checkout's root, where every command runs
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"{folder} is not an empty folder; the Space is exported into a new one")
-    if not (REPO_ROOT / "app.py").is_file():
-        raise FileNotFoundError(f"no app.py in {REPO_ROOT}: export the Space from a checkout of ISS-SR")
+    if not (root / "app.py").is_file():
+        raise FileNotFoundError(f"no app.py in {root}: run this at the root of an ISS-SR checkout")
     entries = load_zoo(manifest)
     unpublished = [e.name for e in entries if e.hub is None]
     if unpublished:
         raise ValueError(f"{manifest}: {', '.join(unpublished)} not on the Hub; run `python -m iss zoo push`")
     folder.mkdir(parents=True, exist_ok=True)
     for name in CONTENTS:
-        source, target = REPO_ROOT / name, folder / name
+        source, target = root / name, folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
             shutil.copytree(source, target, ignore=shutil.ignore_patterns(*SKIPPED))
