@@ -134,7 +134,7 @@ def test_upscale_returns_pngs_and_a_table(client, zoo_path: str, scale) -> None:
 
 
 def test_sessions_keep_keys_and_the_app_keeps_a_bounded_number_of_comparisons(app_url: str) -> None:
-    """Issue 30 item 2: new sessions beyond ``RECENT.size`` do not grow what the server keeps."""
+    """New sessions beyond ``RECENT.size`` do not grow what the server keeps."""
     from gradio_client import Client, handle_file
 
     app = _load_app()
@@ -174,7 +174,7 @@ def _status_bytes(field: str) -> int:
 
 
 def test_hostile_uploads_get_one_line_each_and_the_server_stays_up(client, tmp_path: Path, capfd) -> None:
-    """Issue 14: every file of the corpus gets its reason and the input policy, within time and memory."""
+    """Every file of the corpus gets its reason and the input policy, within time and memory."""
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError
 
@@ -223,7 +223,7 @@ def _raw_upload(app_url: str, path: Path) -> str:
 def test_upscale_opens_only_uploaded_files_through_the_raw_http_api(
     app_url: str, tmp_path: Path, meta: bool
 ) -> None:
-    """Issue 30 item 1: a file record naming any server path, existing or not, image or not, relative, or a
+    """A file record naming any server path, existing or not, image or not, relative, or a
     symlink planted in the upload cache, gets one and the same answer; an uploaded file works. A record
     with ``meta`` is refused by Gradio itself (``{"error": null}``) before the app sees it; a bare one by
     the app, with its one line."""
@@ -260,7 +260,7 @@ def test_upscale_opens_only_uploaded_files_through_the_raw_http_api(
 
 @pytest.mark.parametrize("iterations", ["abc", 2.5])
 def test_train_refuses_non_whole_iterations_through_the_raw_http_api(app_url: str, iterations) -> None:
-    """Issue 30 item 5: text or a fraction gets the field's one line (not Gradio's generic error, no
+    """Text or a fraction gets the field's one line (not Gradio's generic error, no
     rounding)."""
     args = ["swinir-light", 2, 0.95, 0.95, iterations, 400, 8, 1, [], analysis.RANDOM_INIT]
     event, payload = _raw_call(app_url, "train", args)
@@ -312,7 +312,7 @@ def test_the_estimate_opens_only_uploaded_files(zoo_path: str, tmp_path: Path) -
 def test_api_mistakes_get_one_line_and_no_server_traceback(
     client, capfd, change: dict, expected: str
 ) -> None:
-    """Issue 16 item 10: a client's mistake is answered in one line, the server console stays clean."""
+    """A client's mistake is answered in one line, the server console stays clean."""
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError
 
@@ -339,7 +339,7 @@ def test_sparsity_mistakes_get_one_line_and_no_server_traceback(client, capfd, n
 
 
 def test_upscale_downloads_are_deleted_with_gradios_cache(zoo_path: str) -> None:
-    """Issue 17 item 4: the PNGs live in Gradio's cache, so its cleaning (here at shutdown) removes them."""
+    """The PNGs live in Gradio's cache, so its cleaning (here at shutdown) removes them."""
     from gradio_client import Client, handle_file
 
     app = _load_app()
@@ -575,7 +575,7 @@ def test_a_taken_port_gets_one_line_naming_the_port_option(tmp_path: Path) -> No
 
 
 def test_sigterm_deletes_the_uploads_and_results(tmp_path: Path) -> None:
-    """Issue 30 item 5: a stopped server (SIGTERM, as a Space or container is stopped) leaves no uploads,
+    """A stopped server (SIGTERM, as a Space or container is stopped) leaves no uploads,
     results or example copies in its cache."""
     from gradio_client import handle_file
 

@@ -18,7 +18,7 @@ from iss.data.metrics import psnr_y, ssim_y
 from iss.evaluate import evaluate, format_table
 from iss.infer import bicubic_upscaler, model_upscaler
 
-# The bicubic row of the SR literature (Y channel, border = scale), and the tolerance of issue 2.
+# The bicubic row of the SR literature (Y channel, border = scale) and the tolerance we hold ours to.
 PUBLISHED_SET5 = {2: (33.66, 0.9299), 3: (30.39, 0.8682), 4: (28.42, 0.8104)}
 
 
@@ -247,7 +247,7 @@ def test_error_wrong_weights_file(tiny_set: Path, tmp_path: Path, capsys: pytest
 def test_error_malformed_checkpoint(
     malformed_zoo: str, tiny_set: Path, capsys: pytest.CaptureFixture, name: str, needle: str
 ) -> None:
-    """Issue 17 item 2: a re-signed malformed checkpoint is one line on stderr, not a traceback."""
+    """A re-signed malformed checkpoint is one line on stderr, not a traceback."""
     path = Path(malformed_zoo).parent / f"{name}.safetensors"
     code = _eval("--model", str(path), "--data-dir", str(tiny_set), "--datasets", "Set5")
     _assert_one_line_error(capsys, code, f"checkpoint {path}", needle)

@@ -138,7 +138,7 @@ def test_bad_settings_get_a_clear_message(field: str, value, message: str) -> No
 
 def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(iss.sparse.speed, "gflops", lambda kind, arch, device: 50.0)
-    plan = analysis.plan_live_run("edsr-l", 4, 100, 64, 32, device="cpu")  # issue 17: 7.8 GB and counting
+    plan = analysis.plan_live_run("edsr-l", 4, 100, 64, 32, device="cpu")  # 7.8 GB and counting
     assert (plan.batch, plan.patch) != (32, 64) and plan.memory_bytes <= plan.budget_bytes
     assert plan.seconds_per_iteration <= analysis.MAX_ITERATION_SECONDS
     text = plan.describe()
@@ -156,7 +156,7 @@ def test_plan_bounds_memory_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_first_plot_estimate_follows_the_machines_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 27 (first plot expected 1.0 s, took 9.2 s): 2 cores, others keep 6 threads busy: 4x idle."""
+    """A first plot once expected in 1.0 s took 9.2 s: 2 cores, others keep 6 threads busy: 4x idle."""
     monkeypatch.setattr(iss.sparse.speed, "_observed", {})  # the priors, not the tiny runs of other tests
     idle = analysis.plan_live_run("swinir-light", 2, 10, 16, 4, device="cpu")
     monkeypatch.setattr(iss.sparse.speed, "_system", lambda: (6.0, 2, 2))

@@ -151,7 +151,7 @@ def test_tiles_report_progress_and_stop_keeps_the_finished_methods(tiny_zoo: str
 
 
 def test_inputs_are_described_as_they_were_decoded(tmp_path: Path) -> None:
-    """Issue 30 item 5: CMYK is converted (no alpha to composite), an animation or a multi-page TIFF says
+    """CMYK is converted (no alpha to composite), an animation or a multi-page TIFF says
     which frame is used, and an elongated strip blames the size cap, not a small size."""
     Image.new("CMYK", (32, 32), (0, 50, 100, 0)).save(tmp_path / "cmyk.tiff")
     _, _, note = compare.prepare_input(str(tmp_path / "cmyk.tiff"), compare.MODE_LR, 2)
@@ -371,7 +371,7 @@ def test_estimate_and_time_bound_crop_the_input(tiny_zoo: str, monkeypatch: pyte
 
 
 def test_the_estimate_follows_the_machines_load(tiny_zoo: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 27: on 2 cores where other work keeps 6 threads busy, 4x the idle estimate, and it says why."""
+    """On 2 cores where other work keeps 6 threads busy, 4x the idle estimate, and it says why."""
     args = (_photo(96), "swinir-light", 2, 0.5, ["bicubic", "iht"])
     idle = compare.estimate(*args, zoo_path=tiny_zoo, sparse=False)
     monkeypatch.setattr(iss.sparse.speed, "_system", lambda: (6.0, 2, 2))
@@ -423,7 +423,7 @@ def hub_endpoint(isolated_hub: Path, fakehub, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_corrupt_hub_copies_fall_back_then_a_healthy_hub_is_used(hub_endpoint, tmp_path: Path) -> None:
-    """Issue 14 item 3 in the Compare tab: bundled copies used and the reason said; next start, the Hub."""
+    """In the Compare tab: bundled copies used and the reason said; next start, the Hub."""
     zoo_path, files = _hub_zoo(tmp_path / "zoo", ["a_x2_iht_r0.5", "b_x2_iht_r0.5"])
     for name, data in files.items():
         hub_endpoint.add_file("iss-sr/zoo", name, data)
@@ -443,7 +443,7 @@ def test_corrupt_hub_copies_fall_back_then_a_healthy_hub_is_used(hub_endpoint, t
 def test_a_hanging_hub_costs_the_first_request_one_deadline(
     hub_endpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 17 item 5: all entries wait for the Hub together, within HF_HUB_ETAG_TIMEOUT (here 1 s)."""
+    """All entries wait for the Hub together, within HF_HUB_ETAG_TIMEOUT (here 1 s)."""
     names = [f"{c}_x2_iht_r0.5" for c in "abcd"]
     zoo_path, files = _hub_zoo(tmp_path / "zoo", names)
     for name, data in files.items():
@@ -461,7 +461,7 @@ def test_a_hanging_hub_costs_the_first_request_one_deadline(
 
 
 def test_a_malformed_checkpoint_is_one_unavailable_row(malformed_zoo: str) -> None:
-    """Issue 17 item 2: bicubic and the good checkpoint still run; each bad file gets its reason."""
+    """Bicubic and the good checkpoint still run; each bad file gets its reason."""
     comp = _compare(["bicubic", "iht", "iss-p", "l1"], zoo_path=malformed_zoo)
     assert set(comp.results) == {"bicubic", "iht"}
     rows = {r[0]: r[1] for r in comp.rows}
@@ -471,7 +471,7 @@ def test_a_malformed_checkpoint_is_one_unavailable_row(malformed_zoo: str) -> No
 
 
 def test_recent_comparisons_keep_only_the_latest() -> None:
-    """Issue 30 item 2: sessions hold keys; the comparisons themselves are bounded by ``size``."""
+    """Sessions hold keys; the comparisons themselves are bounded by ``size``."""
     recent = compare.RecentComparisons(size=2)
     comps = [compare.Comparison(lr=np.zeros((4, 4, 3), np.uint8), hr=None) for _ in range(3)]
     for i, comp in enumerate(comps):

@@ -63,7 +63,7 @@ def test_memory_budget_and_formats() -> None:
 
 @pytest.mark.skipif(cost._LIBC is None, reason="malloc_trim is glibc's")
 def test_release_memory_gives_freed_heap_back() -> None:
-    """Issue 30 item 3: what a run freed leaves the process's RSS, not only Python's objects."""
+    """What a run freed leaves the process's RSS, not only Python's objects."""
 
     def rss() -> int:
         status = Path("/proc/self/status").read_text().splitlines()

@@ -32,7 +32,7 @@ def test_loss_axis_labels_are_whole_numbers() -> None:
 
 
 def test_mask_dynamics_is_one_panel_per_layer_and_two_legend_entries() -> None:
-    """Issue 27 item 6: a panel per layer plus the whole mask's distance, ISS-P and IHT once each."""
+    """A panel per layer plus the whole mask's distance, ISS-P and IHT once each."""
     traces = {run: RunTrace(layers=["a.weight", "b.weight"]) for run in ("iss-p", "iht")}
     fig = figures.mask_dynamics_figure(traces, ["a.weight", "b.weight"])
     titles = [a.text for a in fig.layout.annotations]

@@ -21,7 +21,7 @@ def test_paper_results_match_the_paper() -> None:
 
 
 def test_zoo_vs_paper_is_one_row_per_entry_grouped_by_cell_with_bicubic_last(tiny_zoo: str) -> None:
-    """Issue 27 item 7: grouped by cell, ours beside the paper, 2 and 4 decimals, bicubic closing a cell."""
+    """Grouped by cell, ours beside the paper, 2 and 4 decimals, bicubic closing a cell."""
     rows = sparsity.zoo_vs_paper(tiny_zoo)
     cell = "swinir-light x2 r0.5"
     assert [r[:2] for r in rows] == [[cell, "iht"], [cell, "bicubic"]]  # the iss-p entry has no scores
@@ -72,7 +72,7 @@ def test_sparsity_view_is_drawn_for_a_checkpoint(tiny_zoo: str) -> None:
 
 
 def test_a_malformed_checkpoint_is_unavailable_with_its_reason_and_no_paths(malformed_zoo: str) -> None:
-    """Issue 17 items 2 and 6: one line naming the entry and the fault; the other entries still show."""
+    """One line naming the entry and the fault; the other entries still show."""
     with pytest.raises(ValueError, match=r"^int16_x2_iss-p_r0\.5 is unavailable: .*torch\.int16") as err:
         sparsity.sparsity_view("int16_x2_iss-p_r0.5", None, malformed_zoo)
     assert "/" not in str(err.value).replace("r0.5", "")

@@ -302,7 +302,7 @@ def test_connection_refused_falls_back_to_bundled(tmp_path: Path, first_in_proce
 def test_corrupt_download_falls_back_then_the_next_start_downloads_again(
     tmp_path: Path, fakehub: FakeHub, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 14 item 3: refused, moved out of the Hub cache, bundled copy used; a healthy Hub is used next."""
+    """Refused, moved out of the Hub cache, bundled copy used; a healthy Hub is used next."""
     data = b"genuine weights"
     fakehub.add_file(REPO, "a.safetensors", data)
     fakehub.corrupt.add("a.safetensors")
@@ -329,7 +329,7 @@ def test_corrupt_download_without_a_bundled_copy_says_both(tmp_path: Path, fakeh
 
 
 def test_locate_all_bounds_a_slow_hub_in_total(tmp_path: Path, fakehub: FakeHub) -> None:
-    """Issue 17 item 5: four entries behind a hanging Hub cost one deadline, not four."""
+    """Four entries behind a hanging Hub cost one deadline, not four."""
     files = {name: f"weights {name}".encode() for name in "abcd"}
     for name, data in files.items():
         fakehub.add_file(REPO, f"{name}.safetensors", data)
@@ -347,7 +347,7 @@ def test_locate_all_bounds_a_slow_hub_in_total(tmp_path: Path, fakehub: FakeHub)
 
 
 def test_an_unreachable_hub_is_one_warning_not_one_per_checkpoint(tmp_path: Path, caplog) -> None:
-    """Issue 27 item 10: every entry falls back for the same reason: one line says so."""
+    """Every entry falls back for the same reason: one line says so."""
     files = {name: f"weights {name}".encode() for name in "abc"}
     entries = zoo.load_zoo(make_zoo(tmp_path, files))
     with caplog.at_level("WARNING", logger="iss.zoo"):
@@ -587,7 +587,7 @@ def test_the_overview_says_the_budget_where_a_row_mixes_them() -> None:
     import dataclasses
 
     x3 = [e for e in zoo.load_zoo() if (e.arch, e.scale, e.ratio) == ("swinir-light", 3, 0.95)]
-    assert len(x3) == 7 and len({e.budget["iterations"] for e in x3}) == 1  # the first round's 6,000
+    assert len(x3) == 7 and len({e.budget["iterations"] for e in x3}) == 1  # one budget for the whole row
     same = next(line for line in zoo.overview_table(x3).splitlines() if line.startswith("| swinir-light"))
     assert " it)" not in same
     longer = dataclasses.replace(x3[0], budget=x3[0].budget | {"iterations": 60000})
