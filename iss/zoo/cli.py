@@ -12,18 +12,9 @@ from iss.cli import UsageError
 from iss.hub import describe_error
 
 from . import factory
-from .manifest import (
-    DEFAULT_ZOO,
-    _human_size,
-    format_table,
-    load_zoo,
-    locate_all,
-    markdown_table,
-    overview_table,
-    push_zoo,
-    stage_push,
-    upgrade_bundled,
-)
+from .manifest import DEFAULT_ZOO, load_zoo, locate_all, upgrade_bundled
+from .publish import push_zoo, stage_push
+from .tables import format_table, human_size, markdown_table, overview_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         files = stage_push(manifest, args.repo, args.revision, args.dry_run)
         print(f"dry run: would upload {len(files)} files to {args.repo}@{args.revision}:")
         for f in files:
-            print(f"  {f.name}  {_human_size(f.stat().st_size)}")
+            print(f"  {f.name}  {human_size(f.stat().st_size)}")
         print(f"written to {args.dry_run}")
         return 0
     try:
