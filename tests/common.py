@@ -3,7 +3,9 @@ random masks, hostile image files, a host-sync detector."""
 
 import importlib.util
 import io
+import os
 import struct
+import sys
 import zlib
 from pathlib import Path
 from types import ModuleType
@@ -163,3 +165,13 @@ def _host_index(index) -> bool:
         isinstance(p, list) or (isinstance(p, torch.Tensor) and p.dtype in (torch.bool, torch.uint8))
         for p in parts
     )
+
+
+def load_app() -> ModuleType:
+    """``app.py`` imported as a module (registered: gradio looks a component subclass's module up by name)."""
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    if "app" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
+        sys.modules["app"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["app"])
+    return sys.modules["app"]

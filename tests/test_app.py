@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -18,7 +17,7 @@ from typing import Any
 
 import gradio
 import pytest
-from common import ROOT, TINY, bad_uploads
+from common import ROOT, TINY, bad_uploads, load_app
 from PIL import Image
 
 import iss
@@ -56,15 +55,6 @@ def zoo_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder / "zoo.json")
 
 
-def _load_app() -> ModuleType:
-    """``app.py`` imported as a module (registered: gradio looks a component subclass's module up by name)."""
-    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    if "app" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
-        sys.modules["app"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["app"])
-    return sys.modules["app"]
-
 
 def _launch(demo: Any, app: ModuleType) -> str:
     """Serve ``demo`` in a background thread on a free local port, with the app's limits; returns its URL."""
@@ -77,7 +67,7 @@ def _launch(demo: Any, app: ModuleType) -> str:
 @pytest.fixture(scope="module")
 def app_url(zoo_path: str) -> Iterator[str]:
     """``app.build_demo()`` on the tiny zoo, launched in a background thread on a free local port."""
-    app = _load_app()
+    app = load_app()
     demo = app.build_demo(zoo_path=zoo_path)
     yield _launch(demo, app)
     demo.close()
@@ -137,7 +127,7 @@ def test_sessions_keep_keys_and_the_app_keeps_a_bounded_number_of_comparisons(ap
     """New sessions beyond ``RECENT.size`` do not grow what the server keeps."""
     from gradio_client import Client, handle_file
 
-    app = _load_app()
+    app = load_app()
     image = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))
     for _ in range(app.RECENT.size + 3):
         client = Client(app_url, verbose=False, download_files=False)
@@ -227,7 +217,7 @@ def test_upscale_opens_only_uploaded_files_through_the_raw_http_api(
     symlink planted in the upload cache, gets one and the same answer; an uploaded file works. A record
     with ``meta`` is refused by Gradio itself (``{"error": null}``) before the app sees it; a bare one by
     the app, with its one line."""
-    app = _load_app()
+    app = load_app()
     secret = tmp_path / "secret.png"
     Image.new("RGB", (64, 64), "red").save(secret)
     cache = Path(gradio.utils.get_upload_folder())
@@ -281,7 +271,7 @@ def test_recorded_and_resumed_runs_through_the_raw_http_api(app_url: str) -> Non
 
 def test_the_estimate_opens_only_uploaded_files(zoo_path: str, tmp_path: Path) -> None:
     """The estimate shown before a run takes the same unprocessed record: the same check, the same line."""
-    app = _load_app()
+    app = load_app()
     cache = tmp_path / "cache"
     cache.mkdir()
     Image.new("RGB", (64, 64)).save(tmp_path / "outside.png")
@@ -342,7 +332,7 @@ def test_upscale_downloads_are_deleted_with_gradios_cache(zoo_path: str) -> None
     """The PNGs live in Gradio's cache, so its cleaning (here at shutdown) removes them."""
     from gradio_client import Client, handle_file
 
-    app = _load_app()
+    app = load_app()
     demo = app.build_demo(zoo_path=zoo_path)
     before = set(Path(tempfile.gettempdir()).glob("iss-sr-*"))
     client = Client(_launch(demo, app), verbose=False, download_files=False)
@@ -395,7 +385,7 @@ def test_typed_inputs_refuse_nonsense_with_a_message() -> None:
     """NaN (gradio_client cannot send it) and text where numbers go: a message, not ``{"error": null}``."""
     import gradio as gr
 
-    app = _load_app()
+    app = load_app()
     count = app.WholeNumber(5, precision=0, label="Iterations")
     with pytest.raises(gr.Error, match="Iterations must be a finite whole number"):
         count.preprocess(float("nan"))

@@ -3,7 +3,6 @@ get one line naming the field and its range (one server-log line, no traceback).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -15,11 +14,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from common import ROOT
+from common import ROOT, load_app
 
 from iss.ui import analysis, compare
 
@@ -32,15 +30,6 @@ FIELDS = {2: ("Pruning ratio", "a number from 0.5 to 0.99"), 3: ("alpha (ISS-P s
 BAD = ["NaN", "abc", "", None, [1], {"a": 1}, True, math.nan, 1e9, -1]
 
 
-def _load_app() -> ModuleType:
-    """``app.py`` imported as a module (registered: gradio looks a component subclass's module up by name)."""
-    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    if "app" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
-        sys.modules["app"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["app"])
-    return sys.modules["app"]
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -51,7 +40,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
     """``app.build_demo()`` served in a background thread on a free local port, with the app's limits."""
-    app = _load_app()
+    app = load_app()
     demo = app.build_demo()
     _, url, _ = demo.launch(
         prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(), quiet=True, **app.LIMITS
@@ -118,7 +107,7 @@ def test_unheard_train_calls_lock_nobody_out(app_url: str) -> None:
     within seconds, freeing its slot for a visitor who listens."""
     from gradio_client import Client, handle_file
 
-    app = _load_app()
+    app = load_app()
     long = [*GOOD[:4], 2000, *GOOD[5:]]
     for _ in range(9):
         _post(app_url, "train", long)
@@ -137,7 +126,7 @@ def test_unheard_train_calls_lock_nobody_out(app_url: str) -> None:
 def test_one_live_run_per_visitor_and_cancel_ends_it(app_url: str) -> None:
     from gradio_client import Client
 
-    app = _load_app()
+    app = load_app()
     job = Client(app_url, verbose=False).submit(*[*GOOD[:4], 2000, *GOOD[5:]], api_name="/train")
     _wait(lambda: len(app.LIVE) == 1, 60)
     event, payload = _raw_call(app_url, "train", GOOD)  # another session, the same address
