@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+import iss
 from iss.archs import SCALES
 from iss.cli import UsageError
 from iss.data import BENCHMARKS, BenchmarkSet, benchmark_name, metrics
@@ -194,9 +195,7 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
             raise FileNotFoundError(f"weights file {args.weights} not found")
         model = archs.load_official(archs.build(args.model, scale), args.weights)
     elif Path(args.model).suffix == ".safetensors" or args.model in _zoo_names():
-        from iss.zoo.pretrained import load  # lazy: only for our own checkpoints
-
-        model = load(args.model, sparse=False, device=device)  # --sparse below, where asked for
+        model = iss.load(args.model, sparse=False, device=device)  # --sparse below, where asked for
         scale = _check_scale(args.scale if args.scale is not None else model.scale)
         if scale != model.scale:
             raise UsageError(f"{args.model} is an x{model.scale} checkpoint, but --scale is {scale}")
@@ -221,9 +220,7 @@ def _build_upscaler(args: argparse.Namespace) -> tuple[Upscaler, int, nn.Module 
 
 def _zoo_names() -> set[str]:
     """The names of the bundled zoo's models (what ``upscale`` and ``iss.load`` accept)."""
-    from iss import zoo  # lazy: reads checkpoints/zoo.json
-
-    return {entry.name for entry in zoo.load_zoo()}
+    return {model.name for model in iss.list_models()}
 
 
 def _check_scale(scale: int | None) -> int:
