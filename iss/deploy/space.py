@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
-import gradio
 from huggingface_hub import SpaceCardData
 
 from iss.zoo.manifest import DEFAULT_ZOO, load_zoo
@@ -79,7 +79,7 @@ def space_readme(manifest: Path, title: str) -> str:
         for (repo, revision), names in files.items()
     ]
     card = SpaceCardData(
-        title=title, sdk="gradio", sdk_version=gradio.__version__, python_version=PYTHON_VERSION,
+        title=title, sdk="gradio", sdk_version=version("gradio"), python_version=PYTHON_VERSION,
         app_file="app.py", license="apache-2.0", models=sorted({repo for repo, _ in files}),
         preload_from_hub=preload,
         emoji="🔍", colorFrom="indigo", colorTo="purple", pinned=False,
