@@ -503,16 +503,7 @@ def _train(
 
 
 def _live(
-    backbone: str,
-    scale: int,
-    ratio: float,
-    alpha: float,
-    iterations: int,
-    prune_iters: int,
-    patch: int,
-    batch: int,
-    layers: list[str] | None,
-    start: str,
+    settings: tuple,
     stop: threading.Event | None,
     request: gr.Request,
     *,
@@ -525,7 +516,6 @@ def _live(
     stop = stop or threading.Event()  # an API call has no Stop button, but shutdown stops it too
     try:
         with LIVE.admit(session, address, stop):
-            settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
             run = _train(*settings, stop, data_dir=data_dir)
             try:
                 for update in run:
@@ -730,7 +720,7 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
         request: gr.Request,
     ) -> Iterator[tuple]:  # a plain function: Gradio gives gr.Request only to those (not partials)
         settings = (backbone, scale, ratio, alpha, iterations, prune_iters, patch, batch, layers, start)
-        yield from _live(*settings, stop, request, demo=demo, data_dir=data_dir)
+        yield from _live(settings, stop, request, demo=demo, data_dir=data_dir)
 
     go.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
         train,
