@@ -417,11 +417,11 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(app_url)
             page.locator("input[type=file]").first.set_input_files(
-                str(compare.EXAMPLES_DIR / "launch_towers.png")
+                str(compare.EXAMPLES_DIR / "skyline_gray.png")  # 240x180: not the first screen's 240x240
             )
             page.get_by_text("Expected: ").first.wait_for(timeout=120_000)  # before running
             page.get_by_role("button", name="Compare", exact=True).click()
-            page.get_by_text("method(s) ran").first.wait_for(timeout=120_000)
+            page.get_by_text(re.compile(r"to 240x180, \d+ method\(s\) ran")).first.wait_for(timeout=120_000)
             assert page.locator("#zoom-gallery .thumbnail-item").count() == 4  # HR, LR, bicubic, iss-p
             assert page.evaluate(TILES_VISIBLE), "a zoom tile is cut off"
             assert page.evaluate(CELLS_WHOLE), "a table cell wraps or is truncated"
