@@ -55,7 +55,6 @@ def zoo_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder / "zoo.json")
 
 
-
 def _launch(demo: Any, app: ModuleType) -> str:
     """Serve ``demo`` in a background thread on a free local port, with the app's limits; returns its URL."""
     _, url, _ = demo.launch(

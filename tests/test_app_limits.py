@@ -30,7 +30,6 @@ FIELDS = {2: ("Pruning ratio", "a number from 0.5 to 0.99"), 3: ("alpha (ISS-P s
 BAD = ["NaN", "abc", "", None, [1], {"a": 1}, True, math.nan, 1e9, -1]
 
 
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

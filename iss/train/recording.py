@@ -229,6 +229,18 @@ def optimizer_runs(path: str | Path) -> list[str]:
         return list(json.loads(f.metadata().get("optimizer", "{}")))
 
 
+def state_lr(path: str | Path) -> float | None:
+    """The learning rate of the first run's saved optimizer in a ``save_state`` file (where its schedule was
+    at that iteration); None when the file holds no optimizer state."""
+    with safe_open(str(path), framework="pt") as f:
+        skeletons = json.loads(f.metadata().get("optimizer", "{}"))
+    for skeleton in skeletons.values():
+        groups = dict(skeleton["__dict__"]).get("param_groups", {"__list__": []})["__list__"]
+        if groups:
+            return float(dict(groups[0]["__dict__"])["lr"])
+    return None
+
+
 def load_state(
     path: str | Path,
     models: dict[str, nn.Module],

@@ -37,6 +37,7 @@ from iss.train.recording import (
     load_recording,
     load_state,
     optimizer_runs,
+    state_lr,
     validate,
     validation_pair,
 )
@@ -53,6 +54,7 @@ RECORDINGS_DIR = ASSETS / "recordings"
 LIVE_DEFAULTS = dict(
     arch="swinir-light", scale=2, ratio=0.95, alpha=0.95, iterations=300, prune_iters=80, patch=16, batch=4
 )
+LIVE_LR = 2e-4  # a run from random init (one from a recorded state holds that state's learning rate)
 MAX_LIVE_ITERATIONS = {"cpu": 2000, "cuda": 20000}
 MAX_LIVE_SECONDS = 900
 MAX_ITERATION_SECONDS = 30.0  # slower (estimated) iterations are shrunk: batch first, then the LR patch
@@ -90,7 +92,12 @@ def start_settings(start: str) -> dict[str, Any] | None:
     path, config = _recorded_state(start)
     keys = ("arch", "scale", "ratio", "alpha", "prune_iters", "batch", "patch", "arch_kwargs")
     restored = set(optimizer_runs(path)) >= set(RUNS)
-    return {**{k: config[k] for k in keys if k in config}, "optimizer": restored}
+    return {**{k: config[k] for k in keys if k in config}, "optimizer": restored, "lr": state_lr(path)}
+
+
+def _lr_text(lr: float | None) -> str:
+    """`` 3.53e-04`` for a recorded learning rate, nothing when the state holds none."""
+    return f" {lr:.3g}" if lr else ""
 
 
 def recording_names() -> list[str]:
@@ -345,11 +352,14 @@ def build_live_run(
     seed: int = 0,
     device: str = "cpu",
     arch_kwargs: dict[str, Any] | None = None,
-    lr: float = 2e-4,
+    lr: float | None = None,
     all_layers: bool = False,
 ) -> LiveRun:
     """Set up ISS-P and IHT from the same random init, or from a recorded state of both runs (with its
     optimizer state when it has one).
+
+    ``lr`` is held constant; by default it is the recorded state's (where the recording's schedule was at
+    that iteration: the masks move as they did in the recording only near it), else ``LIVE_LR``.
 
     Per-layer series are traced for ``layers`` (two representative ones when empty; unknown names are a
     ``ValueError``), or for every pruned layer with ``all_layers`` (recordings).
@@ -364,6 +374,7 @@ def build_live_run(
             {k: recorded[k] for k in ("arch", "scale", "ratio", "alpha", "prune_iters") if k in recorded}
         )
         arch_kwargs = recorded.get("arch_kwargs", arch_kwargs)
+        lr = lr or state_lr(state_path)
     torch.manual_seed(seed)
     first = iss.archs.build(config["arch"], config["scale"], **(arch_kwargs or {})).to(device).train()
     models = {"iss-p": first, "iht": copy.deepcopy(first)}  # on the device before the pruners mask them
@@ -381,7 +392,7 @@ def build_live_run(
             f"{', '.join(default_layers(names))}"
         )
     chosen = names if all_layers else list(layers or []) or busiest_layers(start) or default_layers(names)
-    train_config = iss.train.TrainConfig(lr=lr)
+    train_config = iss.train.TrainConfig(lr=lr or LIVE_LR)
     trainers = {run: iss.train.Trainer(models[run], pruners[run], train_config) for run in RUNS}
     start_iteration, restored = 0, False
     if state_path is not None:
@@ -391,7 +402,8 @@ def build_live_run(
     traces = {run: RunTrace(layers=chosen) for run in RUNS}
     for run in RUNS:
         pruners[run].add_callback(traces[run].observe)
-    return LiveRun(models, pruners, trainers, traces, start_iteration, {**config, "layers": chosen}, restored)
+    config = {**config, "layers": chosen, "lr": train_config.lr}
+    return LiveRun(models, pruners, trainers, traces, start_iteration, config, restored)
 
 
 def _recorded_state(start: str) -> tuple[Path, dict[str, Any]]:
@@ -507,7 +519,8 @@ def plan_live_run(
         notes.append(
             f"Starts from `{start}` {optimizer} optimizer state; backbone, scale, ratio "
             f"{settings.get('ratio')}, alpha {settings.get('alpha')} and "
-            f"K_p {settings.get('prune_iters', 0):,} are the recording's (*random init* lets you set them)."
+            f"K_p {settings.get('prune_iters', 0):,} are the recording's, and so is the learning rate"
+            f"{_lr_text(settings.get('lr'))} (*random init* lets you set them)."
         )
     cap = MAX_LIVE_ITERATIONS["cuda" if device.startswith("cuda") else "cpu"]
     if iterations > cap:
@@ -773,7 +786,7 @@ def live_status(run: LiveRun, done: int, plan: LivePlan, elapsed: float, note: s
         f"({elapsed / max(done, 1):.2f} s per iteration; expected {plan.seconds_per_iteration:.2f}). "
         f"In use: {c['arch']} x{c['scale']}, ratio {c['ratio']}, alpha {c['alpha']}, "
         f"K_p {c['prune_iters']:,}, "
-        f"batch {plan.batch}, LR patch {plan.patch}. Now at training iteration "
+        f"batch {plan.batch}, LR patch {plan.patch}, learning rate {c['lr']:.3g}. Now at training iteration "
         f"{run.start_iteration + done:,} (stage: {run.pruners['iss-p'].stage}). A live run does at most "
         f"{cap:,} iterations and {MAX_LIVE_SECONDS // 60} min.",
     )
@@ -795,6 +808,7 @@ def live_status(run: LiveRun, done: int, plan: LivePlan, elapsed: float, note: s
         )
         lines.append(
             f"Resumed both runs from a recorded state at iteration {run.start_iteration:,}, {optimizer}. "
-            "Backbone, scale, ratio, alpha and K_p come from the recording."
+            "Backbone, scale, ratio, alpha, K_p and the learning rate (its schedule's at that iteration, "
+            "held constant) come from the recording."
         )
     return "\n\n".join(lines)

@@ -81,10 +81,7 @@ def model_card(entries: list[ZooEntry], repo_id: str) -> str:
         "",
         "| name | " + " | ".join(sets) + " |",
         "|---|" + "---|" * len(sets),
-        *(
-            f"| {e.name} | " + " | ".join(metric_cell(e.metrics.get(s)) for s in sets) + " |"
-            for e in entries
-        ),
+        *(f"| {e.name} | " + " | ".join(metric_cell(e.metrics.get(s)) for s in sets) + " |" for e in entries),
         "",
         "## Methods",
         "",

@@ -182,6 +182,23 @@ def test_bundled_recording_is_the_default_start_with_its_optimizer_state(
     assert "with optimizer state" in text and "swinir-light x4" in text  # the recording's scale, not x2
 
 
+def test_a_run_resumed_from_the_recording_keeps_its_learning_rate_and_its_contrast() -> None:
+    """Resumed at the recorded state, both runs hold the recording's learning rate there (its cosine schedule
+    at 22,500 iterations, not the random-init ``LIVE_LR``), and in 10 iterations ISS-P's mask flips well over
+    twice IHT's, as in the recording (at ``LIVE_LR`` both move a tenth as much: docs/app.md)."""
+    start = analysis.default_start()
+    run = analysis.build_live_run("swinir-light", 4, 0.95, 0.95, 30000, None, start)
+    assert run.config["lr"] == pytest.approx(3.533e-4, rel=1e-3)
+    assert all(trainer.lr == run.config["lr"] for trainer in run.trainers.values())
+    batches = analysis.training_batches(4, 16, 4, None, 0)
+    for i in range(1, 11):
+        lr, hr = next(batches)
+        for name in analysis.RUNS:
+            run.traces[name].commit(run.start_iteration + i, run.trainers[name].step(lr, hr))
+    flips = {name: sum(trace.flips_total) for name, trace in run.traces.items()}
+    assert flips["iss-p"] > 0.2 and flips["iss-p"] > 2 * flips["iht"], flips  # per mille, summed
+
+
 @pytest.mark.parametrize("name", ["..", "../../checkpoints", "/etc", "x @ 1"])
 def test_recordings_are_named_never_reached_by_path(name: str) -> None:
     """Only the bundled recordings' names open a folder: a client's path gets the list of names instead."""
