@@ -30,7 +30,7 @@ import torch
 import iss
 
 # iss.ui imports ``spaces`` (if installed) before CUDA starts
-from iss.ui import admission, analysis, compare, cost, figures, gpu, sparsity
+from iss.ui import admission, analysis, catalog, compare, cost, figures, gpu, sparsity
 
 TITLE = "ISS-SR: sparse super-resolution with Iterative Soft Shrinkage"
 INTRO = (
@@ -315,26 +315,26 @@ def _first(arch: str, zoo_path: str | None) -> tuple:
         return (gr.update(),) * 10
     left, right = compare.default_pair(comp)
     box = compare.zoom_box(comp, None, None)
-    example = str(compare.EXAMPLES_DIR / compare.FIRST_EXAMPLE)
+    example = str(catalog.EXAMPLES_DIR / compare.FIRST_EXAMPLE)
     return (*_compare_outputs(comp, FIRST_KEY, left, right, box), example)
 
 
 def _choices_for(backbone: str, scale: int, zoo_path: str | None = None) -> tuple:
     """Ratios, methods, the zoo note and the sparse-kernel default for a backbone/scale pair."""
-    found = compare.ratios(backbone, int(scale), zoo_path)
-    ratio = compare.default_ratio(backbone, int(scale), zoo_path)
-    methods = compare.method_choices(backbone, int(scale), ratio, zoo_path)
+    found = catalog.ratios(backbone, int(scale), zoo_path)
+    ratio = catalog.default_ratio(backbone, int(scale), zoo_path)
+    methods = catalog.method_choices(backbone, int(scale), ratio, zoo_path)
     return (
         gr.update(choices=found, value=ratio),
         gr.update(choices=methods, value=methods),
-        compare.availability(backbone, int(scale), zoo_path),
-        compare.sparse_default(backbone, compare.default_device()),
+        catalog.availability(backbone, int(scale), zoo_path),
+        compare.sparse_default(backbone, catalog.default_device()),
     )
 
 
 def _methods_for(backbone: str, scale: int, ratio: float | None, zoo_path: str | None = None) -> Any:
     """All matching methods, selected, when the ratio changes."""
-    methods = compare.method_choices(backbone, int(scale), ratio, zoo_path)
+    methods = catalog.method_choices(backbone, int(scale), ratio, zoo_path)
     return gr.update(choices=methods, value=methods)
 
 
@@ -348,10 +348,10 @@ def _crops_folder() -> str:
 
 def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> None:
     """Upload or pick an image, choose backbone/scale/ratio/methods, compare results side by side."""
-    archs = compare.backbones(zoo_path)
-    arch0, scale0, ratio0 = compare.default_cell(zoo_path)
-    ratio_choices = compare.ratios(arch0, scale0, zoo_path)
-    methods0 = compare.method_choices(arch0, scale0, ratio0, zoo_path)
+    archs = catalog.backbones(zoo_path)
+    arch0, scale0, ratio0 = catalog.default_cell(zoo_path)
+    ratio_choices = catalog.ratios(arch0, scale0, zoo_path)
+    methods0 = catalog.method_choices(arch0, scale0, ratio0, zoo_path)
     examples = compare.example_images(data_dir, _crops_folder() if data_dir else None)
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
@@ -371,19 +371,19 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
             )
             mode = gr.Radio(list(compare.MODES), value=compare.MODE_HR, label="Input is")
             backbone = gr.Dropdown(
-                [(compare.backbone_label(a, zoo_path), a) for a in archs], value=arch0, label="Backbone"
+                [(catalog.backbone_label(a, zoo_path), a) for a in archs], value=arch0, label="Backbone"
             )  # a row of its own: wide enough for "(no checkpoints yet)"
             with gr.Row():
-                scale = IntRadio(list(compare.SCALES), value=scale0, label="Scale")
+                scale = IntRadio(list(catalog.SCALES), value=scale0, label="Scale")
                 ratio = NumberDropdown(
                     ratio_choices, value=ratio0, label="Pruning ratio", allow_custom_value=True
                 )
-            zoo_note = gr.Markdown(compare.availability(arch0, scale0, zoo_path))
+            zoo_note = gr.Markdown(catalog.availability(arch0, scale0, zoo_path))
             methods = gr.CheckboxGroup(
-                compare.all_methods(zoo_path), value=methods0, label="Methods to compare"
+                catalog.all_methods(zoo_path), value=methods0, label="Methods to compare"
             )  # every method the zoo has (what the API accepts); narrowed to this backbone's on load
             sparse = gr.Checkbox(
-                compare.sparse_default(arch0, compare.default_device()),
+                compare.sparse_default(arch0, catalog.default_device()),
                 label="Sparse kernels (iss.sparsify)",
                 info=compare.sparse_kernel_note(),
             )
@@ -650,7 +650,7 @@ def analysis_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) ->
                     iss.archs.list_archs(), value=d["arch"], label="Backbone", interactive=not locked
                 )
                 scale = IntRadio(
-                    list(compare.SCALES), value=d["scale"], label="Scale", interactive=not locked
+                    list(catalog.SCALES), value=d["scale"], label="Scale", interactive=not locked
                 )
             ratio = Bounded(
                 0.5, 0.99, value=d["ratio"], step=0.01, label="Pruning ratio", interactive=not locked
@@ -864,7 +864,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     cache = own_cache()
     demo = build_demo(args.data_dir, args.zoo)
-    _first(compare.default_backbone(args.zoo), args.zoo)  # before serving: no visitor waits for it
+    _first(catalog.default_backbone(args.zoo), args.zoo)  # before serving: no visitor waits for it
     # SIGTERM (a stopped Space or container) shuts down at once, without Gradio's wait for open connections
     signal.signal(signal.SIGTERM, lambda signum, frame: shut_down(demo, cache))
     code = 1

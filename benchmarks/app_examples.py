@@ -17,14 +17,14 @@ import json
 import tempfile
 from pathlib import Path
 
-from iss.ui import compare
+from iss.ui import catalog, compare
 
 ARCH = "swinir-light"
 
 
 def measure(example: str, scale: int, ratio: float | None, zoo_path: str | None) -> dict[str, float]:
     """Y PSNR of bicubic and each method of the cell on one example (HR mode, dense kernels, CPU)."""
-    methods = compare.method_choices(ARCH, scale, ratio, zoo_path)
+    methods = catalog.method_choices(ARCH, scale, ratio, zoo_path)
     comp = compare.compare(
         example, ARCH, scale, ratio, methods, compare.MODE_HR, sparse=False, device="cpu", zoo_path=zoo_path
     )
@@ -33,12 +33,12 @@ def measure(example: str, scale: int, ratio: float | None, zoo_path: str | None)
 
 def ranking(psnr: dict[str, float], method: str = "iss-p") -> dict[str, float | int]:
     """``method``'s rank among the pruned methods (1 = best), its margins over bicubic and the best other."""
-    pruned = {m: v for m, v in psnr.items() if m != compare.BICUBIC}
+    pruned = {m: v for m, v in psnr.items() if m != catalog.BICUBIC}
     others = [v for m, v in pruned.items() if m != method]
     return {
         "rank": 1 + sum(v > pruned[method] for v in others),
         "of": len(pruned),
-        "over_bicubic": round(pruned[method] - psnr[compare.BICUBIC], 2),
+        "over_bicubic": round(pruned[method] - psnr[catalog.BICUBIC], 2),
         "over_best_other": round(pruned[method] - max(others), 2) if others else 0.0,
     }
 
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="benchmarks/results/app_examples", help="writes OUT.json and OUT.md")
     parser.add_argument("--limit", type=int, default=None, help="measure only the first N examples")
     args = parser.parse_args(argv)
-    scale = compare.default_scale(ARCH, args.zoo)
-    ratio = compare.default_ratio(ARCH, scale, args.zoo)
+    scale = catalog.default_scale(ARCH, args.zoo)
+    ratio = catalog.default_ratio(ARCH, scale, args.zoo)
     rows = []
     with tempfile.TemporaryDirectory() as crops:
         for path, label in compare.example_images(args.data_dir, crops)[: args.limit]:

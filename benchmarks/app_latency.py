@@ -18,15 +18,15 @@ import numpy as np
 import torch
 
 import iss
-from iss.ui import analysis, compare
+from iss.ui import analysis, catalog, compare
 
 
 def compare_latency(size: int = 128, scale: int = 4, zoo_path: str | None = None) -> dict:
     """Cold and warm wall time of one comparison over bicubic and all bundled x{scale} r0.95 checkpoints."""
-    hr = iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")
+    hr = iss.data.read_image(catalog.EXAMPLES_DIR / "pagoda.png")
     lr = np.ascontiguousarray(hr[:size, :size])
     arch, ratio = "swinir-light", 0.95
-    methods = compare.method_choices(arch, scale, ratio, zoo_path)
+    methods = catalog.method_choices(arch, scale, ratio, zoo_path)
     result = {"input": f"{size}x{size} LR, x{scale}", "methods": methods}
     for run in ("cold", "warm"):
         start = time.perf_counter()

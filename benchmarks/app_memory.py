@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from iss.train.loop import cpu_signature  # noqa: E402
-from iss.ui import analysis, compare  # noqa: E402
+from iss.ui import analysis, catalog, compare  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -66,8 +66,8 @@ def upscale_sessions(url: str, pid: int, sessions: int, image: Path) -> list[flo
     from gradio_client import Client, handle_file
 
     arch, scale = "swinir-light", 4
-    ratio = compare.ratios(arch, scale)[0]
-    methods = compare.method_choices(arch, scale, ratio)
+    ratio = catalog.ratios(arch, scale)[0]
+    methods = catalog.method_choices(arch, scale, ratio)
     series = []
     for _ in range(sessions):
         client = Client(url, verbose=False, download_files=False)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=60.0, help="seconds idle before the after-idle reading")
     p.add_argument("--iterations", type=int, default=3, help="live-run iterations")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--image", default=str(compare.EXAMPLES_DIR / "launch_towers.png"))
+    p.add_argument("--image", default=str(catalog.EXAMPLES_DIR / "launch_towers.png"))
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as cache:

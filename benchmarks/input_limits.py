@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from iss.ui import compare
+from iss.ui import catalog, compare
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH, HEIGHT = 8640, 5786  # 49,991,040 pixels: just under iss.data.MAX_PIXELS
@@ -103,10 +103,10 @@ def measure(files: dict[str, Path], threads: int) -> list[dict]:
     )  # fmt: skip
     try:
         client = _connect(f"http://127.0.0.1:{port}", Client)
-        example = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))  # a warm-up request
+        example = handle_file(str(catalog.EXAMPLES_DIR / "pagoda.png"))  # a warm-up request
         client.predict(example, "swinir-light", 4, None, ["bicubic"], compare.MODE_HR, False,
                        api_name="/upscale")  # fmt: skip
-        inputs = {"240x240 example (reference)": compare.EXAMPLES_DIR / "pagoda.png", **files}
+        inputs = {"240x240 example (reference)": catalog.EXAMPLES_DIR / "pagoda.png", **files}
         return [_request(client, server.pid, name, path, mode) for name, path in inputs.items()
                 for mode in compare.MODES]  # fmt: skip
     finally:

@@ -21,7 +21,7 @@ from common import ROOT, TINY, bad_uploads, load_app
 from PIL import Image
 
 import iss
-from iss.ui import analysis, compare
+from iss.ui import analysis, catalog, compare
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -101,9 +101,9 @@ def test_api_names_and_types(client) -> None:
 def test_upscale_returns_pngs_and_a_table(client, zoo_path: str, scale) -> None:
     from gradio_client import handle_file
 
-    methods = compare.method_choices("swinir-light", 4, 0.9, zoo_path)  # what the UI selects by default
+    methods = catalog.method_choices("swinir-light", 4, 0.9, zoo_path)  # what the UI selects by default
     assert methods == ["bicubic", "iss-p"]
-    example = compare.EXAMPLES_DIR / "pagoda.png"
+    example = catalog.EXAMPLES_DIR / "pagoda.png"
     slider, region, grid, table, files, status, left, _right = client.predict(
         handle_file(str(example)), "swinir-light", scale, 0.9, methods, compare.MODE_HR, False,
         api_name="/upscale",
@@ -127,7 +127,7 @@ def test_sessions_keep_keys_and_the_app_keeps_a_bounded_number_of_comparisons(ap
     from gradio_client import Client, handle_file
 
     app = load_app()
-    image = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))
+    image = handle_file(str(catalog.EXAMPLES_DIR / "pagoda.png"))
     for _ in range(app.RECENT.size + 3):
         client = Client(app_url, verbose=False, download_files=False)
         client.predict(
@@ -142,7 +142,7 @@ def test_upscale_at_a_scale_without_checkpoints_says_so(client, zoo_path: str) -
     from gradio_client import handle_file
 
     *_, table, _files, status, _left, _right = client.predict(
-        handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 2, None, ["bicubic", "iss-p"],
+        handle_file(str(catalog.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 2, None, ["bicubic", "iss-p"],
         compare.MODE_HR, False, api_name="/upscale",
     )  # fmt: skip
     assert status.count("No pruned swinir-light x2 checkpoint yet: only bicubic runs (it has x4).") == 1
@@ -180,7 +180,7 @@ def test_hostile_uploads_get_one_line_each_and_the_server_stays_up(client, tmp_p
         assert time.perf_counter() - start < 15
     assert _status_bytes("VmHWM") - baseline < 300e6  # nothing was decoded at full size
     assert "Traceback" not in capfd.readouterr().err
-    example = compare.EXAMPLES_DIR / "pagoda.png"  # the next normal request works
+    example = catalog.EXAMPLES_DIR / "pagoda.png"  # the next normal request works
     result = client.predict(handle_file(str(example)), "swinir-light", 4, None, ["bicubic"], compare.MODE_HR,
                             False, api_name="/upscale")  # fmt: skip
     assert result[5].startswith("swinir-light x4: LR 60x60 to 240x240")
@@ -305,7 +305,7 @@ def test_api_mistakes_get_one_line_and_no_server_traceback(
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError
 
-    args = {"image": handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "backbone": "swinir-light",
+    args = {"image": handle_file(str(catalog.EXAMPLES_DIR / "pagoda.png")), "backbone": "swinir-light",
             "scale": 4, "ratio": None, "methods": ["bicubic"], "mode": compare.MODE_HR,
             "sparse": False} | change  # fmt: skip
     with pytest.raises(AppError, match=re.escape(expected)):
@@ -336,7 +336,7 @@ def test_upscale_downloads_are_deleted_with_gradios_cache(zoo_path: str) -> None
     before = set(Path(tempfile.gettempdir()).glob("iss-sr-*"))
     client = Client(_launch(demo, app), verbose=False, download_files=False)
     try:
-        image = handle_file(str(compare.EXAMPLES_DIR / "pagoda.png"))
+        image = handle_file(str(catalog.EXAMPLES_DIR / "pagoda.png"))
         files = client.predict(image, "swinir-light", 4, 0.9, ["bicubic", "iss-p"], compare.MODE_LR, False,
                                api_name="/upscale")[4]  # fmt: skip
         paths = [Path(f["path"]) for f in files]
@@ -415,8 +415,9 @@ def test_browser_compare_analysis_stop_and_sparsity(app_url: str) -> None:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(app_url)
+            page.get_by_text("method(s) ran").first.wait_for(timeout=120_000)  # the first screen, filled
             page.locator("input[type=file]").first.set_input_files(
-                str(compare.EXAMPLES_DIR / "skyline_gray.png")  # 240x180: not the first screen's 240x240
+                str(catalog.EXAMPLES_DIR / "skyline_gray.png")  # 240x180: not the first screen's 240x240
             )
             page.get_by_text("Expected: ").first.wait_for(timeout=120_000)  # before running
             page.get_by_role("button", name="Compare", exact=True).click()
@@ -572,7 +573,7 @@ def test_sigterm_deletes_the_uploads_and_results(tmp_path: Path) -> None:
     server = _Server(cache)
     try:
         client = server.client()
-        client.predict(handle_file(str(compare.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 4, None,
+        client.predict(handle_file(str(catalog.EXAMPLES_DIR / "pagoda.png")), "swinir-light", 4, None,
                        ["bicubic"], compare.MODE_HR, False, api_name="/upscale")  # fmt: skip
         assert any(p.name == "bicubic_x4.png" for p in cache.rglob("*"))
     finally:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from common import ROOT, load_app
 
-from iss.ui import analysis, compare
+from iss.ui import analysis, catalog, compare
 
 pytestmark = pytest.mark.slow  # a server in a background thread
 
@@ -159,8 +159,8 @@ def test_sigterm_mid_compare_and_live_run_exits_cleanly(tmp_path: Path) -> None:
             except Exception:
                 assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
                 time.sleep(1)
-        ratio = compare.default_ratio("swinir-light", 4, None)
-        methods = compare.method_choices("swinir-light", 4, ratio, None)
+        ratio = catalog.default_ratio("swinir-light", 4, None)
+        methods = catalog.method_choices("swinir-light", 4, ratio, None)
         image = handle_file(str(ROOT / "assets" / "examples" / "pagoda.png"))
         comparing = client.submit(image, "swinir-light", 4, ratio, methods, compare.MODE_HR, False,
                                   api_name="/upscale")  # fmt: skip

@@ -42,8 +42,8 @@ from iss.train.recording import (
     validation_pair,
 )
 
-from . import compare, cost, figures
-from .compare import ASSETS, EXAMPLES_DIR, SCALES, default_device
+from . import catalog, cost, figures
+from .catalog import ASSETS, EXAMPLES_DIR, SCALES, default_device
 
 RECORDINGS_DIR = ASSETS / "recordings"
 
@@ -123,7 +123,7 @@ def recording_differences(name: str, zoo_path: str | None = None) -> list[str] |
     entries = {}
     for run in RUNS:
         with contextlib.suppress(FileNotFoundError):
-            entries[run] = compare.find_entry(config["arch"], config["scale"], config["ratio"], run, zoo_path)
+            entries[run] = catalog.find_entry(config["arch"], config["scale"], config["ratio"], run, zoo_path)
     if not entries:
         return None
     differences = []
@@ -207,11 +207,11 @@ def _cell(name: str) -> tuple[str, int, float]:
 
 
 def default_recording(zoo_path: str | None = None) -> str | None:
-    """The recording the tab opens on: the app's default cell's (``compare.default_cell``) when it made that
+    """The recording the tab opens on: the app's default cell's (``catalog.default_cell``) when it made that
     cell's shipped checkpoints; else, of the default backbone's recordings that made theirs, one trained
     with the default cell's recipe (``_recipe``), nearest in ratio, then scale; else the default cell's
     own; else the first."""
-    default = compare.default_cell(zoo_path)
+    default = catalog.default_cell(zoo_path)
     cells = {name: _cell(name) for name in recording_names()}
     shipped = [n for n in cells if recording_differences(n, zoo_path) == []]
     own = [n for n, cell in cells.items() if cell == default]
@@ -233,14 +233,14 @@ def default_recording(zoo_path: str | None = None) -> str | None:
 def _recipe(cell: tuple[str, int, float | None], zoo_path: str | None) -> tuple | None:
     """The training budget of a cell's shipped ISS-P (iterations, K_p, batch, LR patch, peak LR), if any."""
     with contextlib.suppress(FileNotFoundError):
-        budget = compare.find_entry(*cell, "iss-p", zoo_path).budget
+        budget = catalog.find_entry(*cell, "iss-p", zoo_path).budget
         return tuple(budget.get(k) for k in ("iterations", "prune_iters", "batch", "patch", "lr"))
     return None
 
 
 def opening_note(zoo_path: str | None = None) -> str:
     """Why the tab opens on ``default_recording`` when that is not the default cell's own recording."""
-    name, default = default_recording(zoo_path), compare.default_cell(zoo_path)
+    name, default = default_recording(zoo_path), catalog.default_cell(zoo_path)
     if name is None or _cell(name) == default:
         return ""
     arch, scale, ratio = default

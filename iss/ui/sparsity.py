@@ -22,7 +22,7 @@ import iss.data.reference
 from iss.zoo import METHOD_ORDER
 
 from . import figures
-from .compare import BICUBIC, bicubic_results, default_cell, load_model, short_reason, zoo
+from .catalog import BICUBIC, bicubic_results, default_cell, load_model, short_reason, zoo
 
 ZOO_VS_PAPER_HEADERS = [
     "cell", "method", "iterations",
@@ -187,7 +187,7 @@ def sorted_entries(zoo_path: str | None = None) -> list[Any]:
 
 
 def default_checkpoint(zoo_path: str | None = None) -> str | None:
-    """The checkpoint the tab opens on: ISS-P of the app's default cell (``compare.default_cell``), else that
+    """The checkpoint the tab opens on: ISS-P of the app's default cell (``catalog.default_cell``), else that
     cell's first entry in ``sorted_entries`` order, else the first entry (None for an empty zoo)."""
     arch, scale, ratio = default_cell(zoo_path)
     entries = sorted_entries(zoo_path)

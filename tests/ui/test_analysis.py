@@ -16,7 +16,7 @@ import iss
 import iss.sparse.speed
 from iss.train import NonFiniteLossError
 from iss.train.recording import RunTrace, load_recording, load_state, save_recording, save_state
-from iss.ui import analysis, compare
+from iss.ui import analysis, catalog
 
 
 @pytest.mark.slow  # ~3 s idle, much more on a loaded machine
@@ -267,7 +267,7 @@ def test_each_recording_says_whether_it_made_the_shipped_checkpoints() -> None:
 def test_the_tab_opens_on_the_default_cells_recording_with_its_contrast() -> None:
     """The default cell (x4 r0.95) has the recording of its shipped runs: the tab opens on it, with no note,
     and its summary reads ISS-P's larger drift off the plot."""
-    assert compare.default_cell() == ("swinir-light", 4, 0.95)
+    assert catalog.default_cell() == ("swinir-light", 4, 0.95)
     name = analysis.default_recording()
     assert name == "swinir-light_x4_r0.95_cpu"
     assert analysis.opening_note() == ""
@@ -283,14 +283,14 @@ def test_a_default_cell_without_a_shipped_recording_opens_on_the_same_recipes(
 ) -> None:
     """x2 r0.95's bundled recording is of 6,000-iteration runs, not the shipped ones: the tab opens on the
     shipped x4 r0.95 pair (same recipe) and says why."""
-    monkeypatch.setattr(compare, "default_cell", lambda zoo_path=None: ("swinir-light", 2, 0.95))
+    monkeypatch.setattr(catalog, "default_cell", lambda zoo_path=None: ("swinir-light", 2, 0.95))
     assert analysis.default_recording() == "swinir-light_x4_r0.95_cpu"
     note = analysis.opening_note()
     assert "swinir-light_x2_r0.95_cpu" in note and "same recipe" in note
 
 
 def test_a_default_cell_with_its_own_shipped_recording_opens_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compare, "default_cell", lambda zoo_path=None: ("cat-r", 2, 0.95))
+    monkeypatch.setattr(catalog, "default_cell", lambda zoo_path=None: ("cat-r", 2, 0.95))
     assert analysis.default_recording() == "cat-r_x2_r0.95_cpu"
     assert analysis.opening_note() == ""
 

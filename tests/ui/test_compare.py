@@ -20,12 +20,12 @@ from PIL import Image
 import iss
 import iss.data.metrics
 import iss.sparse.speed
-from iss.ui import compare
+from iss.ui import catalog, compare
 
 
 def _photo(size: int = 48) -> Image.Image:
     """A textured RGB test image (a bundled photo crop)."""
-    img = iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")
+    img = iss.data.read_image(catalog.EXAMPLES_DIR / "pagoda.png")
     return Image.fromarray(img[:size, :size])
 
 
@@ -38,7 +38,7 @@ def _compare(methods, scale: int = 2, image=None, **kwargs) -> compare.Compariso
 
 
 def test_compare_bicubic_and_checkpoint(tiny_zoo: str, tmp_path: Path) -> None:
-    names = compare.method_choices("swinir-light", 2, 0.5, tiny_zoo)
+    names = catalog.method_choices("swinir-light", 2, 0.5, tiny_zoo)
     assert names == ["bicubic", "iss-p", "iht"]  # the app's one order: ISS-P first
     comp = _compare(names, zoo_path=tiny_zoo, out_dir=str(tmp_path))
     assert set(comp.results) == {"bicubic", "iht"}
@@ -65,7 +65,7 @@ def test_sparse_kernels_toggle_gives_the_same_image(tiny_zoo: str) -> None:
     name = "iht"
     dense = _compare([name], zoo_path=tiny_zoo)
     fast = _compare([name], zoo_path=tiny_zoo, sparse=True)
-    model, _ = compare.load_model("tiny_x2_iht_r0.5", "cpu", True, tiny_zoo)
+    model, _ = catalog.load_model("tiny_x2_iht_r0.5", "cpu", True, tiny_zoo)
     assert any(isinstance(m, iss.sparse.SparseConv2d) for m in model.modules())
     diff = np.abs(fast.results[name].astype(int) - dense.results[name].astype(int))
     assert diff.max() <= 1  # equal within 1e-4 before rounding to uint8
@@ -78,8 +78,8 @@ def test_sparse_kernels_toggle_gives_the_same_image(tiny_zoo: str) -> None:
 
 
 def test_kept_weights_reflect_pruning(tiny_zoo: str) -> None:
-    model, meta = compare.load_model("tiny_x2_iht_r0.5", "cpu", False, tiny_zoo)
-    kept, total = compare.kept_weights(model)
+    model, meta = catalog.load_model("tiny_x2_iht_r0.5", "cpu", False, tiny_zoo)
+    kept, total = catalog.kept_weights(model)
     assert meta["scale"] == 2 and 0.45 < kept / total < 0.6
 
 
@@ -132,7 +132,7 @@ def test_lr_inputs_too_slow_or_large_are_refused_with_the_numbers(
 
 
 def test_tiles_report_progress_and_stop_keeps_the_finished_methods(tiny_zoo: str) -> None:
-    image = Image.fromarray(iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")[:, :220])  # tiled
+    image = Image.fromarray(iss.data.read_image(catalog.EXAMPLES_DIR / "pagoda.png")[:, :220])  # tiled
     heard: list[float] = []
     comp = _compare(["bicubic", "iht"], image=image, mode=compare.MODE_LR, zoo_path=tiny_zoo,
                     progress=lambda fraction, text: heard.append(fraction))  # fmt: skip
@@ -213,7 +213,7 @@ def test_examples_bundled_and_urban100_crops(tmp_path: Path) -> None:
     assert [label for _, label in bundled[:4]] == [
         f"Urban100 img_{n} (crop)" for n in ("004", "012", "061", "092")
     ]  # the paper's benchmark first, with no flag
-    credits = (compare.ASSETS / "CREDITS.md").read_text()
+    credits = (catalog.ASSETS / "CREDITS.md").read_text()
     assert all(Path(p).name in credits for p, _ in bundled) and "CC BY 4.0" in credits
     for path, _ in bundled:
         with Image.open(path) as im:
@@ -245,32 +245,32 @@ def test_extra_crops_go_to_a_new_private_folder_by_default(tmp_path: Path) -> No
 
 
 def test_backbones_are_every_zoo_and_library_backbone(tiny_zoo: str) -> None:
-    archs = compare.backbones(tiny_zoo)
+    archs = catalog.backbones(tiny_zoo)
     assert archs[0] == "swinir-light" and set(archs) == set(iss.archs.list_archs())
 
 
 def test_a_scale_without_checkpoints_says_what_the_zoo_has(tiny_zoo: str) -> None:
-    note = compare.availability("swinir-light", 4, tiny_zoo)
+    note = catalog.availability("swinir-light", 4, tiny_zoo)
     assert note == "⚠️ No pruned swinir-light x4 checkpoint yet: only bicubic runs (it has x2)."
-    assert compare.availability("swinir-light", 2, tiny_zoo) == ""
-    assert compare.availability("cat-r", 2, tiny_zoo).startswith("⚠️ No cat-r checkpoint yet")
-    assert compare.backbone_label("cat-r", tiny_zoo) == "cat-r (no checkpoints yet)"
-    assert compare.backbone_label("swinir-light", tiny_zoo) == "swinir-light"
-    assert compare.method_choices("swinir-light", 4, None, tiny_zoo) == ["bicubic"]
+    assert catalog.availability("swinir-light", 2, tiny_zoo) == ""
+    assert catalog.availability("cat-r", 2, tiny_zoo).startswith("⚠️ No cat-r checkpoint yet")
+    assert catalog.backbone_label("cat-r", tiny_zoo) == "cat-r (no checkpoints yet)"
+    assert catalog.backbone_label("swinir-light", tiny_zoo) == "swinir-light"
+    assert catalog.method_choices("swinir-light", 4, None, tiny_zoo) == ["bicubic"]
     comp = compare.compare(_photo(), "swinir-light", 4, None, ["bicubic", "iht"], zoo_path=tiny_zoo)
     assert list(comp.results) == ["bicubic"] and comp.message.count("x4 checkpoint") == 1  # said once
     assert "no swinir-light x4 iht checkpoint in the zoo; it has: swinir-light x2" in comp.rows[1][1]
 
 
 def test_find_entry_is_driven_by_the_manifest(tiny_zoo: str, tmp_path: Path) -> None:
-    assert compare.find_entry("swinir-light", 2, 0.5, "iht", tiny_zoo).name == "tiny_x2_iht_r0.5"
+    assert catalog.find_entry("swinir-light", 2, 0.5, "iht", tiny_zoo).name == "tiny_x2_iht_r0.5"
     manifest = json.loads(Path(tiny_zoo).read_text())
     newer = {**manifest["entries"][0], "name": "newer_x2_iht_r0.5"}
     (tmp_path / "zoo.json").write_text(json.dumps({**manifest, "entries": [*manifest["entries"], newer]}))
-    assert compare.find_entry("swinir-light", 2, 0.5, "iht", str(tmp_path / "zoo.json")).name == newer["name"]
+    assert catalog.find_entry("swinir-light", 2, 0.5, "iht", str(tmp_path / "zoo.json")).name == newer["name"]
     with pytest.raises(FileNotFoundError, match=r"edsr-l x2 r0\.5 iht"):
-        compare.find_entry("edsr-l", 2, 0.5, "iht", tiny_zoo)
-    assert compare.all_methods(tiny_zoo) == ["bicubic", "iss-p", "iht"]
+        catalog.find_entry("edsr-l", 2, 0.5, "iht", tiny_zoo)
+    assert catalog.all_methods(tiny_zoo) == ["bicubic", "iss-p", "iht"]
 
 
 def test_the_tab_opens_at_the_strongest_cell(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_the_tab_opens_at_the_strongest_cell(tmp_path: Path) -> None:
     template = next(e for e in entries if e["arch"] == "swinir-light" and e["scale"] == 4)
 
     def entry(name: str, scale: int, over_bicubic: float, iterations: int = 60_000, **more) -> dict:
-        psnr = compare.bicubic_results(scale)["Set5"]["psnr"] + over_bicubic
+        psnr = catalog.bicubic_results(scale)["Set5"]["psnr"] + over_bicubic
         budget = {**template["budget"], "iterations": iterations}
         metrics = {"Set5": {"psnr": psnr, "ssim": 0.9}}
         return {**template, "name": name, "scale": scale, "budget": budget, "metrics": metrics, **more}
@@ -288,7 +288,7 @@ def test_the_tab_opens_at_the_strongest_cell(tmp_path: Path) -> None:
 
     def opens(*found: dict, arch: str = "swinir-light") -> int:
         manifest.write_text(json.dumps({"version": 1, "entries": list(found)}))
-        return compare.default_scale(arch, str(manifest))
+        return catalog.default_scale(arch, str(manifest))
 
     x4 = entry("x4", 4, -0.3)
     assert opens(x4) == 4  # the only scale, though below bicubic
@@ -299,32 +299,32 @@ def test_the_tab_opens_at_the_strongest_cell(tmp_path: Path) -> None:
     assert opens(x4, arch="edsr-l") == 4  # no entry: x4
     at_99 = entry("x2b", 2, -1.0, ratio=0.99)
     opens(x4, entry("x2", 2, 0.5), at_99)
-    assert compare.ratios("swinir-light", 2, str(manifest)) == [0.95, 0.99]
-    assert compare.default_ratio("swinir-light", 2, str(manifest)) == 0.95  # not the highest: the strongest
-    assert compare.default_ratio("edsr-l", 2, str(manifest)) is None
+    assert catalog.ratios("swinir-light", 2, str(manifest)) == [0.95, 0.99]
+    assert catalog.default_ratio("swinir-light", 2, str(manifest)) == 0.95  # not the highest: the strongest
+    assert catalog.default_ratio("edsr-l", 2, str(manifest)) is None
 
 
 def test_the_bundled_zoo_opens_at_swinir_light_x4_r095() -> None:
     """The cell whose seven methods all had 60,000 iterations, where ISS-P leads on every bundled example."""
-    assert compare.default_backbone() == "swinir-light"
-    assert (compare.default_scale("swinir-light"), compare.default_ratio("swinir-light", 4)) == (4, 0.95)
-    methods = compare.method_choices("swinir-light", 4, 0.95)
+    assert catalog.default_backbone() == "swinir-light"
+    assert (catalog.default_scale("swinir-light"), catalog.default_ratio("swinir-light", 4)) == (4, 0.95)
+    methods = catalog.method_choices("swinir-light", 4, 0.95)
     assert methods[:3] == ["bicubic", "iss-p", "iht"] and len(methods) == 8
     measured = json.loads((ROOT / "benchmarks" / "results" / "app_examples.json").read_text())
     assert (measured["scale"], measured["ratio"]) == (4, 0.95)
-    bundled = [r for r in measured["examples"] if (compare.EXAMPLES_DIR / r["file"]).is_file()]
+    bundled = [r for r in measured["examples"] if (catalog.EXAMPLES_DIR / r["file"]).is_file()]
     assert len(bundled) == len(compare.example_images()) and all(r["rank"] == 1 for r in bundled)
     urban = [r for r in bundled if r["file"].startswith("urban100_")]
     assert max(urban, key=lambda r: r["over_best_other"])["file"] == compare.FIRST_EXAMPLE
 
 
 def test_a_weak_cell_says_so_with_the_budget_and_the_papers_figure() -> None:
-    assert compare.cell_note("swinir-light", 4, 0.95) == ""  # all 60,000 iterations, ISS-P ahead
-    note = compare.cell_note("swinir-light", 4, 0.99)
+    assert catalog.cell_note("swinir-light", 4, 0.95) == ""  # all 60,000 iterations, ISS-P ahead
+    note = catalog.cell_note("swinir-light", 4, 0.99)
     assert note.startswith("⚠️ A weak cell") and "under bicubic (28.43 dB)" in note
     assert "iht ahead (28.86 dB vs ISS-P's 28.77)" in note and "scratch trained 6,000 iterations" in note
     assert "the paper's ISS-P here: 29.67 dB, ours 28.77 dB after 60,000 iterations" in note
-    short = compare.cell_note("swinir-light", 3, 0.95)
+    short = catalog.cell_note("swinir-light", 3, 0.95)
     assert "trained 6,000 iterations, not the zoo's 60,000" in short and "33.49 dB" in short
 
 
@@ -366,7 +366,7 @@ def test_estimate_and_time_bound_crop_the_input(tiny_zoo: str, monkeypatch: pyte
     assert comp.lr.shape == (24, 24, 3) and comp.hr.shape == (48, 48, 3)  # the central half of each side
     assert "cropped to its central 24x24" in comp.message
     np.testing.assert_array_equal(
-        comp.hr, iss.data.read_image(compare.EXAMPLES_DIR / "pagoda.png")[24:72, 24:72]
+        comp.hr, iss.data.read_image(catalog.EXAMPLES_DIR / "pagoda.png")[24:72, 24:72]
     )
 
 
@@ -415,11 +415,11 @@ def hub_endpoint(isolated_hub: Path, fakehub, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(
         constants, "HUGGINGFACE_CO_URL_TEMPLATE", fakehub.url + "/{repo_id}/resolve/{revision}/{filename}"
     )
-    compare.resolved_zoo.cache_clear()
-    compare.load_model.cache_clear()
+    catalog.resolved_zoo.cache_clear()
+    catalog.load_model.cache_clear()
     yield fakehub
-    compare.resolved_zoo.cache_clear()
-    compare.load_model.cache_clear()
+    catalog.resolved_zoo.cache_clear()
+    catalog.load_model.cache_clear()
 
 
 def test_corrupt_hub_copies_fall_back_then_a_healthy_hub_is_used(hub_endpoint, tmp_path: Path) -> None:
@@ -433,11 +433,11 @@ def test_corrupt_hub_copies_fall_back_then_a_healthy_hub_is_used(hub_endpoint, t
     assert comp.message.count("Hub copy refused") == 2 and "bundled copy used" in comp.message
     assert "/tmp" not in comp.message
     hub_endpoint.corrupt.clear()
-    compare.resolved_zoo.cache_clear()  # a second start
-    compare.load_model.cache_clear()
+    catalog.resolved_zoo.cache_clear()  # a second start
+    catalog.load_model.cache_clear()
     comp = _compare(["iht"], zoo_path=zoo_path)
     assert "refused" not in comp.message
-    assert compare.resolved_zoo(zoo_path)["a_x2_iht_r0.5"].source == "hub"
+    assert catalog.resolved_zoo(zoo_path)["a_x2_iht_r0.5"].source == "hub"
 
 
 def test_a_hanging_hub_costs_the_first_request_one_deadline(
@@ -451,7 +451,7 @@ def test_a_hanging_hub_costs_the_first_request_one_deadline(
     hub_endpoint.delay = 4.0
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
     start = time.perf_counter()
-    found = compare.resolved_zoo(zoo_path)  # what the first request waits for
+    found = catalog.resolved_zoo(zoo_path)  # what the first request waits for
     assert time.perf_counter() - start < 2.5  # one at a time: 4 s of waiting (40 s at the default 10 s)
     assert {f.source for f in found.values()} == {"bundled"}
     assert set(_compare(METHODS, zoo_path=zoo_path).results) == set(METHODS)

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from iss.ui import compare, figures, sparsity
+from iss.ui import catalog, figures, sparsity
 
 
 def test_paper_results_match_the_paper() -> None:
@@ -82,8 +82,8 @@ def test_a_malformed_checkpoint_is_unavailable_with_its_reason_and_no_paths(malf
 
 
 def test_the_tab_opens_on_the_default_cells_iss_p() -> None:
-    """Sparsity opens where Compare does (``compare.default_cell``), on that cell's ISS-P checkpoint."""
-    arch, scale, ratio = compare.default_cell()
+    """Sparsity opens where Compare does (``catalog.default_cell``), on that cell's ISS-P checkpoint."""
+    arch, scale, ratio = catalog.default_cell()
     assert sparsity.default_checkpoint() == f"{arch}_x{scale}_iss-p_r{ratio}"
 
 
