@@ -43,6 +43,7 @@ FIRST_KEY = "first"  # RECENT's key of the comparison every page opens on
 EXPIRED = "this comparison is no longer kept (only the latest few are): press Compare again"
 QUEUE_SIZE = 8  # waiting requests, all events together, before new ones are refused ("Queue is full")
 LIVE = admission.LiveRuns(slots=1)  # live runs never wait in the queue: one at a time, one per visitor
+TURNS = admission.Turns(waiting=8)  # comparisons: one at a time in the order asked, one per visitor
 FOLDERS: set[Path] = set()  # the result folders this process made in Gradio's cache
 UNHEARD = 4  # a live run stops once this many of its updates (about one a second) wait unread
 LOG = logging.getLogger("iss.app")
@@ -179,14 +180,16 @@ def _run_compare(
     methods: Any,
     mode: Any,
     sparse: Any,
-    stop: threading.Event | None = None,
-    progress: gr.Progress = gr.Progress(),  # noqa: B008  (Gradio's way to ask for a progress bar)
+    stop: threading.Event | None,
+    visitor: tuple[str, str],
+    progress: Any,
     *,
     zoo_path: str | None,
     cache: str,
 ) -> Iterator[tuple]:
     """``/upscale``: bicubic and the chosen methods' zoo checkpoints for backbone, scale and ratio, streamed
-    method by method, with a progress bar (tiles done, time left); Stop ends it after the current tile.
+    method by method, with a progress bar (its place in line, then tiles done and time left); Stop ends it
+    after the current tile. Comparisons take turns (``TURNS``): one per ``visitor`` (session, address).
 
     Wired with ``preprocess=False``: the values arrive as sent, the image as Gradio's record of the uploaded
     file (undecoded), so that ``compare`` decodes it within its pixel budget and every mistake in a request
@@ -195,16 +198,55 @@ def _run_compare(
     try:
         path, out_dir = _upload_path(image, cache), str(_download_folder(cache))
         key = uuid.uuid4().hex
-        for comp in gpu_compare(
-            path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir,
-            progress=lambda fraction, text: progress(fraction, desc=text), stop=stop,
-        ):  # fmt: skip
-            left, right = compare.default_pair(comp)
-            yield _compare_outputs(comp, key, left, right, compare.zoom_box(comp, None, None))
+        with TURNS.join(*visitor) as ahead:
+            while (waiting := ahead(1.0)) > 0:
+                if stop is not None and stop.is_set():
+                    yield _only_status("Stopped before its turn came.")
+                    return
+                progress(0, desc=f"waiting: {waiting} comparison{'s' * (waiting > 1)} ahead of yours")
+            yield from _compare_steps(
+                path, backbone, scale, ratio, methods, mode, sparse, stop, progress, key, out_dir, zoo_path
+            )
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
     finally:
         cost.release_memory()
+
+
+def _compare_steps(
+    path: str | None,
+    backbone: Any,
+    scale: Any,
+    ratio: Any,
+    methods: Any,
+    mode: Any,
+    sparse: Any,
+    stop: threading.Event | None,
+    progress: Any,
+    key: str,
+    out_dir: str,
+    zoo_path: str | None,
+) -> Iterator[tuple]:
+    """The outputs of a comparison as it goes, method by method (its turn has come)."""
+    for comp in gpu_compare(
+        path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir,
+        progress=lambda fraction, text: progress(fraction, desc=text), stop=stop,
+    ):  # fmt: skip
+        left, right = compare.default_pair(comp)
+        yield _compare_outputs(comp, key, left, right, compare.zoom_box(comp, None, None))
+
+
+def _only_status(message: str) -> tuple:
+    """Outputs of ``/upscale`` that change only the status line."""
+    return (*[gr.skip()] * 5, message, *[gr.skip()] * 3)
+
+
+def _visitor(request: gr.Request) -> tuple[str, str]:
+    """Who asks: (session, client address). On a Hugging Face Space every request comes from the Hub's proxy,
+    so there the address is the first one its ``X-Forwarded-For`` names, the visitor's own."""
+    forwarded = request.headers.get("x-forwarded-for", "") if os.environ.get("SPACE_ID") else ""
+    host = request.client.host if request.client else ""
+    return request.session_hash or "", forwarded.split(",")[0].strip() or host
 
 
 NOT_UPLOADED = (
@@ -447,13 +489,31 @@ def compare_tab(demo: gr.Blocks, data_dir: str | None, zoo_path: str | None) -> 
         concurrency_id="estimate",
         preprocess=False,
     )
-    flag = gr.State(None)
+    flag, image_cache = gr.State(None), image.GRADIO_CACHE
+
+    def upscale(
+        image: Any,
+        backbone: Any,
+        scale: Any,
+        ratio: Any,
+        methods: Any,
+        mode: Any,
+        sparse: Any,
+        stop: threading.Event | None,
+        request: gr.Request,
+        progress: gr.Progress = gr.Progress(),  # noqa: B008  (Gradio's way to ask for a progress bar)
+    ) -> Iterator[tuple]:  # a plain function: Gradio gives gr.Request only to those (not partials)
+        yield from _run_compare(
+            image, backbone, scale, ratio, methods, mode, sparse, stop, _visitor(request), progress,
+            zoo_path=zoo_path, cache=image_cache,
+        )  # fmt: skip
+
     run.click(_arm, None, [flag], api_visibility="private", concurrency_limit=None).then(
-        functools.partial(_run_compare, zoo_path=zoo_path, cache=image.GRADIO_CACHE),
+        upscale,
         [*inputs, flag],
         [slider, region, grid, table, files, status, left, right, state],
         api_name="upscale",
-        concurrency_id="upscale",
+        concurrency_limit=None,  # never in Gradio's queue: TURNS orders comparisons, one per visitor
         preprocess=False,
     )
     halt.click(_request_stop, [flag], None, api_visibility="private", concurrency_limit=None)
@@ -512,7 +572,7 @@ def _live(
 ) -> Iterator[tuple]:
     """``/train`` as visitors share it: admitted at once or refused in one line (``LIVE``), and stopped
     when nobody reads its updates (a client that never opened the event stream, or left)."""
-    session, address = request.session_hash or "", request.client.host if request.client else ""
+    session, address = _visitor(request)
     stop = stop or threading.Event()  # an API call has no Stop button, but shutdown stops it too
     try:
         with LIVE.admit(session, address, stop):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from iss.train.recording import load_recording, state_lr
+from iss.train.recording import load_recording
 from iss.ui import analysis
 
 
@@ -64,8 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = analysis.default_start()
-    path, _ = analysis._recorded_state(start)
-    rates = args.lr or [state_lr(path), analysis.LIVE_LR]
+    rates = args.lr or [analysis.start_settings(start)["lr"], analysis.LIVE_LR]
     layers = analysis.busiest_layers(start)
     results = {"start": start, "iterations": args.iterations, "data": args.data_dir or "bundled photos",
                "recorded": recorded_flips(start, layers), "live": {}}  # fmt: skip

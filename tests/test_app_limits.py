@@ -122,6 +122,67 @@ def test_unheard_train_calls_lock_nobody_out(app_url: str) -> None:
     assert event == "complete" and "iteration" in outputs[-1], outputs
 
 
+def _stream(url: str, api_name: str, event_id: str) -> tuple[str, Any]:
+    """Read a call's event stream to its end; (last event, its data)."""
+    import httpx
+
+    with httpx.stream("GET", url.rstrip("/") + f"/gradio_api/call/{api_name}/{event_id}", timeout=180) as r:
+        text = "".join(r.iter_text())
+    event, payload = re.findall(r"^event: (\w+)\ndata: (.*)$", text, flags=re.M)[-1]
+    return event, json.loads(payload)
+
+
+def _post_from(url: str, address: str, data: list) -> str:
+    """POST an /upscale call as a Space's proxy passes a visitor's request on (``X-Forwarded-For``)."""
+    import httpx
+
+    base = url.rstrip("/") + "/gradio_api/call/upscale"
+    response = httpx.post(base, json={"data": data}, headers={"x-forwarded-for": f"{address}, 10.0.0.1"})
+    assert response.status_code == 200, response.text
+    return response.json()["event_id"]
+
+
+def test_many_comparisons_from_one_visitor_hold_one_place_in_line(app_url: str, monkeypatch) -> None:
+    """On a Space (visitors told apart by the proxy's X-Forwarded-For): nine /upscale calls from one visitor
+    while the machine is busy. One waits its turn, eight are refused at once; another visitor's call waits
+    beside it, and both complete in the order asked once the machine is free."""
+    import httpx
+
+    app = load_app()
+    monkeypatch.setenv("SPACE_ID", "iss-sr/demo")
+    with (ROOT / "assets" / "examples" / "pagoda.png").open("rb") as f:
+        uploaded = httpx.post(app_url.rstrip("/") + "/gradio_api/upload", files={"files": f}, timeout=30)
+    data = [{"path": uploaded.json()[0]}, "swinir-light", 2, None, ["bicubic"], compare.MODE_HR, False]
+    with app.TURNS.join("busy", "198.51.100.7"):  # another comparison running
+        mine = [_post_from(app_url, "203.0.113.1", data) for _ in range(9)]
+        _wait(lambda: len(app.TURNS) == 2, 30)
+        began = time.monotonic()
+        refused = [_stream(app_url, "upscale", event_id) for event_id in mine[1:]]
+        assert time.monotonic() - began < 10
+        assert all(event == "error" for event, _ in refused), refused
+        assert refused[0][1]["error"].startswith("you already have a comparison running or waiting")
+        theirs = _post_from(app_url, "203.0.113.2", data)
+        _wait(lambda: len(app.TURNS) == 3, 30)
+    first, second = (_stream(app_url, "upscale", event_id) for event_id in (mine[0], theirs))
+    assert first[0] == second[0] == "complete", (first, second)
+    assert first[1][5].startswith("swinir-light x2: LR") and len(app.TURNS) == 0
+
+
+def test_a_visitor_is_the_session_and_the_address_the_proxy_names_on_a_space(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    app = load_app()
+    request = SimpleNamespace(
+        session_hash="abc",
+        client=SimpleNamespace(host="10.0.0.1"),
+        headers={"x-forwarded-for": "203.0.113.1, 10.0.0.1"},
+    )
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert app._visitor(request) == ("abc", "10.0.0.1")  # elsewhere the header is the client's to forge
+    monkeypatch.setenv("SPACE_ID", "iss-sr/demo")
+    assert app._visitor(request) == ("abc", "203.0.113.1")
+
+
 def test_one_live_run_per_visitor_and_cancel_ends_it(app_url: str) -> None:
     from gradio_client import Client
 

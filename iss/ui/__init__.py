@@ -1,7 +1,8 @@
 """The Gradio app's logic without gradio, one module per tab (``compare.py``, ``analysis.py``,
 ``sparsity.py``) over ``catalog.py`` (the zoo as the tabs see it: cells, defaults, cached models, the app's
-assets), plus plotly figures (``figures.py``), time and memory estimates (``cost.py``) and live-run
-admission (``admission.py``). ``app.py`` only lays out components and wires them.
+assets), plus plotly figures (``figures.py``), time and memory estimates (``cost.py``) and how visitors
+share the machine (``admission.py``: live runs and comparisons, one per visitor). ``app.py`` only lays
+out components and wires them.
 
 ``gpu`` is ``spaces.GPU`` when the ``spaces`` package is importable (Hugging Face ZeroGPU Spaces; a no-op
 elsewhere), otherwise an identity decorator. It is imported here, before anything initialises CUDA, as
