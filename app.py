@@ -199,41 +199,28 @@ def _run_compare(
         path, out_dir = _upload_path(image, cache), str(_download_folder(cache))
         key = uuid.uuid4().hex
         with TURNS.join(*visitor) as ahead:
-            while (waiting := ahead(1.0)) > 0:
-                if stop is not None and stop.is_set():
-                    yield _only_status("Stopped before its turn came.")
-                    return
-                progress(0, desc=f"waiting: {waiting} comparison{'s' * (waiting > 1)} ahead of yours")
-            yield from _compare_steps(
-                path, backbone, scale, ratio, methods, mode, sparse, stop, progress, key, out_dir, zoo_path
-            )
+            if not _await_turn(ahead, stop, progress):
+                yield _only_status("Stopped before its turn came.")
+                return
+            for comp in gpu_compare(
+                path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path,
+                out_dir=out_dir, progress=lambda fraction, text: progress(fraction, desc=text), stop=stop,
+            ):  # fmt: skip
+                left, right = compare.default_pair(comp)
+                yield _compare_outputs(comp, key, left, right, compare.zoom_box(comp, None, None))
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise _error(e) from None
     finally:
         cost.release_memory()
 
 
-def _compare_steps(
-    path: str | None,
-    backbone: Any,
-    scale: Any,
-    ratio: Any,
-    methods: Any,
-    mode: Any,
-    sparse: Any,
-    stop: threading.Event | None,
-    progress: Any,
-    key: str,
-    out_dir: str,
-    zoo_path: str | None,
-) -> Iterator[tuple]:
-    """The outputs of a comparison as it goes, method by method (its turn has come)."""
-    for comp in gpu_compare(
-        path, backbone, scale, ratio, methods, mode, sparse=sparse, zoo_path=zoo_path, out_dir=out_dir,
-        progress=lambda fraction, text: progress(fraction, desc=text), stop=stop,
-    ):  # fmt: skip
-        left, right = compare.default_pair(comp)
-        yield _compare_outputs(comp, key, left, right, compare.zoom_box(comp, None, None))
+def _await_turn(ahead: Any, stop: threading.Event | None, progress: Any) -> bool:
+    """Wait for a comparison's turn, the progress bar saying how many are ahead; False if Stop came first."""
+    while (waiting := ahead(1.0)) > 0:
+        if stop is not None and stop.is_set():
+            return False
+        progress(0, desc=f"waiting: {waiting} comparison{'s' * (waiting > 1)} ahead of yours")
+    return True
 
 
 def _only_status(message: str) -> tuple:

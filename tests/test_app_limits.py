@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +245,12 @@ def test_sigterm_mid_compare_and_live_run_exits_cleanly(tmp_path: Path) -> None:
     assert server.returncode == 0, output[-2000:]
     assert "Traceback" not in output and "terminate called" not in output
     assert [p for p in cache.rglob("*") if p.is_file()] == []
+
+
+def test_waiting_for_a_turn_shows_the_place_and_ends_on_stop() -> None:
+    app, shown, stop = load_app(), [], threading.Event()
+    places = iter([2, 1, 0])
+    assert app._await_turn(lambda timeout: next(places), stop, lambda f, desc: shown.append(desc))
+    assert shown == ["waiting: 2 comparisons ahead of yours", "waiting: 1 comparison ahead of yours"]
+    stop.set()
+    assert not app._await_turn(lambda timeout: 3, stop, lambda f, desc: shown.append(desc))
