@@ -70,8 +70,12 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
     """The README's zoo at a glance: one row per cell (backbone, scale, ratio) with PSNR on ``sets`` for
     bicubic and each method, and under it a row with the paper's numbers for the same cell. Where a row's
     methods trained for different numbers of iterations, each says its own (``36.10 / 28.20 (60k it)``), so
-    that no one reads a longer budget as a better method."""
+    that no one reads a longer budget as a better method; so does a cell shorter than its backbone's longest.
+    """
     paper = reference.paper_results()["rows"]
+    longest: dict[str, int] = {}
+    for e in entries:
+        longest[e.arch] = max(longest.get(e.arch, 0), e.budget.get("iterations") or 0)
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
     methods = sorted({e.method for e in entries}, key=lambda m: (order.get(m, len(order)), m))
     lines = [
@@ -86,8 +90,8 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
         row = [f"{cell[0]} x{cell[1]} r{cell[2]:g}", _psnrs(bicubic, sets)]
         for m in methods:
             entry = group.get(m)
-            its = entry.budget.get("iterations") if entry and mixed else None
-            budget = f" ({_short(its)} it)" if its else ""
+            its = entry.budget.get("iterations") if entry else None
+            budget = f" ({_short(its)} it)" if its and (mixed or its < longest[cell[0]]) else ""
             row.append(_psnrs(entry.metrics if entry else None, sets) + budget)
         lines.append("| " + " | ".join(row) + " |")
         if theirs:

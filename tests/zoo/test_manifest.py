@@ -595,6 +595,9 @@ def test_the_overview_says_the_budget_where_a_row_mixes_them() -> None:
     mixed = next(line for line in zoo.overview_table([longer, *x3[1:]]).splitlines() if "swinir" in line)
     cells = [c.strip() for c in mixed.strip("|").split("|")][2:]
     assert sum(c.endswith("(60k it)") for c in cells) == 1 and sum(c.endswith("(6k it)") for c in cells) == 6
+    table = zoo.overview_table([longer, *x3[1:], *(dataclasses.replace(e, ratio=0.99) for e in x3)])
+    short = next(line for line in table.splitlines() if line.startswith("| swinir-light x3 r0.99"))
+    assert short.count("(6k it)") == 7  # one budget in the row, but under the backbone's longest
 
 
 def test_the_readme_shows_the_zoo_as_it_is() -> None:
