@@ -282,9 +282,9 @@ def test_a_default_cell_without_a_shipped_recording_opens_on_the_same_recipes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """x2 r0.95's bundled recording is of 6,000-iteration runs, not the shipped ones: the tab opens on the
-    shipped x4 r0.95 pair (same recipe) and says why."""
+    shipped pair of the same recipe and ratio nearest in scale (x3 r0.95) and says why."""
     monkeypatch.setattr(catalog, "default_cell", lambda zoo_path=None: ("swinir-light", 2, 0.95))
-    assert analysis.default_recording() == "swinir-light_x4_r0.95_cpu"
+    assert analysis.default_recording() == "swinir-light_x3_r0.95_cpu"
     note = analysis.opening_note()
     assert "swinir-light_x2_r0.95_cpu" in note and "same recipe" in note
 
