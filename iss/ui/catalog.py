@@ -75,14 +75,9 @@ HEADLINE_SCALE = 4  # the paper's Figure 2 and Table 1: the first look, when ful
 
 
 def default_scale(arch: str, zoo_path: str | None = None) -> int:
-    """The scale the Compare tab opens at: ``HEADLINE_SCALE`` where one of ``arch``'s cells there beats
-    bicubic and is as fully trained as its strongest cell (``_strength``), else that cell's scale (x4
-    without checkpoints)."""
+    """The scale of ``arch``'s strongest cell (``_strength``; x4 without checkpoints)."""
     cells = _strength(arch, zoo_path)
-    best = max(cells, key=cells.__getitem__, default=(HEADLINE_SCALE, None))
-    full = cells[best][0] if cells else 0
-    at_headline = (gain for (s, _), (budget, gain) in cells.items() if s == HEADLINE_SCALE and budget >= full)
-    return HEADLINE_SCALE if any(gain > 0 for gain in at_headline) else best[0]
+    return max(cells, key=cells.__getitem__)[0] if cells else HEADLINE_SCALE
 
 
 def default_ratio(arch: str, scale: int, zoo_path: str | None = None) -> float | None:
@@ -93,20 +88,26 @@ def default_ratio(arch: str, scale: int, zoo_path: str | None = None) -> float |
     return max(cells, key=cells.__getitem__) if cells else (found[-1] if found else None)
 
 
-def _strength(arch: str, zoo_path: str | None) -> dict[tuple[int, float], tuple[int, float]]:
-    """Per (scale, ratio) of ``arch``: (the shortest training budget among its methods, the best Set5 PSNR
-    over bicubic). Cells whose every method had the full budget come first, so that the first look compares
-    methods trained alike; then the larger gain over bicubic."""
-    cells: dict[tuple[int, float], tuple[int, float]] = {}
+def _strength(arch: str, zoo_path: str | None) -> dict[tuple[int, float], tuple[int, int, bool, float]]:
+    """How strong a first look each (scale, ratio) cell of ``arch`` makes, as a sort key: the shortest
+    training budget among its methods (methods trained alike), how many methods it compares, whether it is
+    at ``HEADLINE_SCALE`` and beats bicubic there, then its best Set5 PSNR over bicubic."""
+    budgets: dict[tuple[int, float], list[int]] = {}
+    gains: dict[tuple[int, float], float] = {}
+    methods: dict[tuple[int, float], set[str]] = {}
     for entry in zoo(zoo_path):
         key = (int(entry.scale), float(entry.ratio))
         score = entry.metrics.get("Set5", {}).get("psnr") if entry.arch == arch else None
         bicubic = bicubic_results(key[0]).get("Set5", {}).get("psnr")
         if score is None or bicubic is None:
             continue
-        budget, gain = cells.get(key, (math.inf, -math.inf))
-        cells[key] = (min(budget, iterations(entry)), max(gain, score - bicubic))
-    return cells
+        budgets.setdefault(key, []).append(iterations(entry))
+        gains[key] = max(gains.get(key, -math.inf), score - bicubic)
+        methods.setdefault(key, set()).add(entry.method)
+    return {
+        key: (min(budgets[key]), len(methods[key]), key[0] == HEADLINE_SCALE and gains[key] > 0, gains[key])
+        for key in gains
+    }
 
 
 def iterations(entry: Any) -> int:

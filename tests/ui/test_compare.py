@@ -274,8 +274,8 @@ def test_find_entry_is_driven_by_the_manifest(tiny_zoo: str, tmp_path: Path) -> 
 
 
 def test_the_tab_opens_at_the_strongest_cell(tmp_path: Path) -> None:
-    """Cells whose every method had the full budget first, x4 (the paper's headline) among them where it beats
-    bicubic, then the larger gain over bicubic on Set5."""
+    """Cells whose every method had the full budget first, then the one comparing more methods, x4 (the
+    paper's headline) among equals where it beats bicubic, then the larger gain over bicubic on Set5."""
     entries = json.loads((ROOT / "checkpoints" / "zoo.json").read_text())["entries"]
     template = next(e for e in entries if e["arch"] == "swinir-light" and e["scale"] == 4)
 
@@ -304,6 +304,10 @@ def test_the_tab_opens_at_the_strongest_cell(tmp_path: Path) -> None:
     assert catalog.ratios("swinir-light", 2, str(manifest)) == [0.95, 0.99]
     assert catalog.default_ratio("swinir-light", 2, str(manifest)) == 0.95  # not the highest: the strongest
     assert catalog.default_ratio("edsr-l", 2, str(manifest)) is None
+    compared = [entry(f"x4-{m}", 4, 1.0, method=m) for m in ("iss-p", "iht", "l1")]
+    lone = entry("x4-r0.9", 4, 2.5, ratio=0.9)  # more over bicubic, but nothing to compare it with yet
+    assert opens(*compared, lone, entry("x3", 3, 2.0, method="iht"), entry("x3b", 3, 2.2, method="l1")) == 4
+    assert catalog.default_ratio("swinir-light", 4, str(manifest)) == 0.95
 
 
 def test_the_bundled_zoo_opens_at_swinir_light_x4_r095() -> None:
