@@ -22,7 +22,7 @@ from .manifest import (
     verify,
 )
 from .publish import model_card, pin_manifest, push_zoo, stage_push
-from .tables import format_table, markdown_table, overview_table
+from .tables import format_table, glance_table, markdown_table, overview_table
 
 __all__ = [
     "DEFAULT_HUB_REPO",
@@ -32,6 +32,7 @@ __all__ = [
     "Resolved",
     "ZooEntry",
     "format_table",
+    "glance_table",
     "load_zoo",
     "locate",
     "locate_all",

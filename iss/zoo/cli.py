@@ -14,7 +14,9 @@ from iss.hub import describe_error
 from . import factory
 from .manifest import DEFAULT_ZOO, load_zoo, locate_all, upgrade_bundled
 from .publish import push_zoo, stage_push
-from .tables import format_table, human_size, markdown_table, overview_table
+from .tables import format_table, glance_table, human_size, markdown_table, overview_table
+
+TABLES = {"--overview": overview_table, "--glance": glance_table, "": markdown_table}  # zoo table's kinds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sub.add_parser("list", parents=[cached], help="print the zoo table")
     table = sub.add_parser("table", parents=[common], help="markdown tables: metrics, budgets, the paper's")
-    table.add_argument("--overview", action="store_true", help="a row per cell: Set5/Urban100 (README)")
+    kind = table.add_mutually_exclusive_group()
+    kind.add_argument("--overview", action="store_true", help="a row per cell: Set5/Urban100 (README)")
+    kind.add_argument("--glance", action="store_true", help="a row per cell: how methods rank (docs)")
     table.add_argument(
         "--write", type=Path, metavar="FILE", action="append", default=[],
         help="replace the table between this command's zoo-table markers in FILE instead of printing it",
@@ -68,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.zoo_command == "table":
         entries = load_zoo(args.manifest)
-        text = overview_table(entries) if args.overview else markdown_table(entries)
-        command = "python -m iss zoo table" + (" --overview" if args.overview else "")
+        flag = "--overview" if args.overview else "--glance" if args.glance else ""
+        text, command = TABLES[flag](entries), f"python -m iss zoo table {flag}".rstrip()
         for path in args.write:
             replace_marked(path, command, text)
             print(f"{path}: table updated")

@@ -3,6 +3,7 @@ the README's overview, each beside bicubic and the paper's numbers for the same 
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -98,6 +99,103 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
             row = ["*paper*", "", *(f"*{_psnrs(theirs[m], sets)}*" if m in theirs else "" for m in methods)]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+SEED_SPREAD_DB = (
+    0.22  # IHT's Set5 PSNR span over four seeds (docs/reproduction.md#seeds): what one seed moves
+)
+METHOD_NAMES = {
+    "iss-p": "ISS-P",
+    "iht": "IHT",
+    "iss-r": "ISS-R",
+    "l1": "L1-norm",
+    "srp": "SRP",
+    "assl": "ASSL",
+}
+_COUNTS = {2: "both", 3: "all three", 4: "all four", 5: "all five", 6: "all six", 7: "all seven"}
+
+
+def glance_table(entries: list[ZooEntry], spread: float = SEED_SPREAD_DB) -> str:
+    """docs/zoo.md's zoo at a glance: per cell, its budget, its methods in Set5 order, the sets on which that
+    order holds, ISS-P beside the paper and which methods beat bicubic on every set. Methods within
+    ``spread`` dB on Set5 under the first of their tier are written ``~`` (one seed could swap them), the
+    tiers ``>``; the order holds on a set where each tier's methods all beat those of the tiers below."""
+    lines = [
+        "| cell | iterations | order on Set5 | holds on | ISS-P Set5 (paper) | over bicubic on every set |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cell in sorted({(e.arch, e.scale, e.ratio) for e in entries}):
+        group = {e.method: e for e in entries if (e.arch, e.scale, e.ratio) == cell}
+        scored = {m: e for m, e in group.items() if "psnr" in e.metrics.get("Set5", {})}
+        tiers = _tiers({m: e.metrics["Set5"]["psnr"] for m, e in scored.items()}, spread)
+        order = " > ".join(" ~ ".join(_name(m) for m in tier) for tier in tiers)
+        bicubic = reference.bicubic_results(cell[1])
+        sets = [s for s in BENCHMARK_ORDER if s in bicubic and all(s in e.metrics for e in scored.values())]
+        holds = [s for s in sets if _order_holds(tiers, {m: e.metrics[s]["psnr"] for m, e in scored.items()})]
+        over = [m for m, e in scored.items() if all(e.metrics[s]["psnr"] > bicubic[s]["psnr"] for s in sets)]
+        row = [
+            f"{_name(cell[0])} x{cell[1]} r{cell[2]:g}",
+            _budgets(group),
+            order,
+            "all five sets" if holds == list(BENCHMARK_ORDER) else (", ".join(holds) or "none"),
+            _issp_text(group.get("iss-p"), cell),
+            _COUNTS[len(over)] if len(over) == len(group) > 1 else (_names(over) or "none"),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _tiers(psnr: dict[str, float], spread: float) -> list[list[str]]:
+    """Methods by PSNR, best first, in tiers: a method joins the tier above when less than ``spread`` dB under
+    its first method, as the tables show them (to 0.01 dB)."""
+    shown = {m: round(100 * v) for m, v in psnr.items()}
+    tiers: list[list[str]] = []
+    for m in sorted(shown, key=shown.__getitem__, reverse=True):
+        if tiers and shown[tiers[-1][0]] - shown[m] < round(100 * spread):
+            tiers[-1].append(m)
+        else:
+            tiers.append([m])
+    return tiers
+
+
+def _order_holds(tiers: list[list[str]], psnr: dict[str, float]) -> bool:
+    """Whether every method of each tier beats every method of the tiers below it."""
+    return all(
+        min(psnr[m] for m in upper) > max(psnr[m] for m in lower)
+        for upper, lower in itertools.pairwise(tiers)
+    )
+
+
+def _budgets(group: dict[str, ZooEntry]) -> str:
+    """``60,000``, or ``60,000; ASSL, scratch 6,000`` where some methods trained for another budget."""
+    count = {m: int(e.budget.get("iterations") or 0) for m, e in group.items()}
+    usual = max(sorted(set(count.values()), reverse=True), key=list(count.values()).count)
+    others = sorted({n for n in count.values() if n != usual}, reverse=True)
+    return "; ".join(
+        [f"{usual:,}", *(f"{_names([m for m in group if count[m] == n])} {n:,}" for n in others)]
+    )
+
+
+def _issp_text(entry: ZooEntry | None, cell: tuple[str, int, float]) -> str:
+    """``30.25 (31.16)``: ISS-P's Set5 PSNR and the paper's for the same cell (``none`` where it has none)."""
+    if entry is None or "psnr" not in entry.metrics.get("Set5", {}):
+        return "–"
+    paper = [r for r in reference.paper_results()["rows"] if (r["arch"], r["scale"], r["ratio"]) == cell]
+    theirs = next((r["metrics"]["Set5"]["psnr"] for r in paper if r["method"] == "iss-p"), None)
+    return f"{entry.metrics['Set5']['psnr']:.2f} ({f'{theirs:.2f}' if theirs is not None else 'none'})"
+
+
+def _name(key: str) -> str:
+    """A method's or backbone's name as the paper writes it (``L1-norm``, ``SwinIR-light``)."""
+    return METHOD_NAMES.get(
+        key, {"swinir-light": "SwinIR-light", "edsr-l": "EDSR-L", "cat-r": "CAT-R"}.get(key, key)
+    )
+
+
+def _names(methods: list[str]) -> str:
+    """``ISS-P``, ``ISS-P and IHT``, ``ISS-P, IHT and SRP``."""
+    names = [_name(m) for m in methods]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def _short(count: int) -> str:

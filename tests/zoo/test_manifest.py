@@ -554,11 +554,49 @@ def test_every_bundled_entry_verifies_and_is_exactly_as_sparse_as_claimed() -> N
 
 
 def test_the_zoo_docs_show_the_zoo_as_it_is() -> None:
-    """docs/zoo.md shows ``python -m iss zoo table`` of the bundled manifest (``--write`` keeps it so)."""
+    """docs/zoo.md shows ``python -m iss zoo table`` and ``--glance`` of the bundled manifest (``--write``
+    keeps them so)."""
     doc = (ROOT / "docs" / "zoo.md").read_text()
-    start = doc.index("<!-- zoo-table: python -m iss zoo table -->\n")
-    shown = doc[doc.index("\n", start) + 1 : doc.index("<!-- /zoo-table -->", start)]
-    assert shown.strip() == zoo.markdown_table(zoo.load_zoo())
+    for flag, render in ((" --glance", zoo.glance_table), ("", zoo.markdown_table)):
+        start = doc.index(f"<!-- zoo-table: python -m iss zoo table{flag} -->\n")
+        shown = doc[doc.index("\n", start) + 1 : doc.index("<!-- /zoo-table -->", start)]
+        assert shown.strip() == render(zoo.load_zoo())
+
+
+def test_the_glance_ranks_methods_in_tiers_no_seed_could_swap() -> None:
+    """Methods within the seed spread on Set5 of their tier's first share it (``~``); "holds on" names the
+    sets where each tier beats every method below; budgets and bicubic are said per cell."""
+    import dataclasses
+
+    template = next(e for e in zoo.load_zoo() if (e.arch, e.scale, e.ratio) == ("swinir-light", 2, 0.95))
+    sets = ("Set5", "Set14", "B100", "Urban100", "Manga109")  # bicubic: 33.67, 30.32, 29.56, 26.88, 31.08
+
+    def cell(*rows: tuple[str, tuple[float, ...], int]) -> list[str]:
+        entries = [
+            dataclasses.replace(
+                template, method=method, metrics={s: {"psnr": v} for s, v in zip(sets, psnr, strict=True)},
+                budget=template.budget | {"iterations": iterations},
+            )
+            for method, psnr, iterations in rows
+        ]  # fmt: skip
+        return zoo.glance_table(entries).splitlines()[2].strip("| ").split(" | ")[1:]
+
+    row = cell(
+        ("iss-p", (34.0, 31.0, 30.0, 27.3, 32.0), 60_000),
+        ("iht", (33.9, 30.9, 29.9, 27.2, 31.9), 60_000),
+        ("l1", (33.7, 30.5, 29.7, 27.0, 31.5), 60_000),
+    )
+    assert row == ["60,000", "ISS-P ~ IHT > L1-norm", "all five sets", "34.00 (37.46)", "all three"]
+    row = cell(
+        ("iss-p", (34.0, 31.0, 30.0, 26.0, 32.0), 60_000),  # under bicubic on Urban100, where IHT leads it
+        ("iht", (33.7, 30.9, 29.9, 27.2, 31.9), 60_000),
+        ("l1", (33.69, 30.5, 29.7, 27.0, 31.5), 6_000),
+    )
+    assert row == ["60,000; L1-norm 6,000", "ISS-P > IHT ~ L1-norm", "Set5, Set14, B100, Manga109",
+                   "34.00 (37.46)", "IHT and L1-norm"]  # fmt: skip
+    ahead = ("iss-p", (34.0041, 31.0, 30.0, 27.3, 32.0), 60_000)  # the gap as the tables show it: 0.22, 0.21
+    assert cell(ahead, ("iht", (33.7849, 30.9, 29.9, 27.2, 31.9), 60_000))[1] == "ISS-P > IHT"
+    assert cell(ahead, ("iht", (33.7851, 30.9, 29.9, 27.2, 31.9), 60_000))[1] == "ISS-P ~ IHT"
 
 
 def test_zoo_table_write_replaces_only_its_own_block(tmp_path: Path, capsys) -> None:
