@@ -101,17 +101,10 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
     return "\n".join(lines)
 
 
-SEED_SPREAD_DB = (
-    0.22  # IHT's Set5 PSNR span over four seeds (docs/reproduction.md#seeds): what one seed moves
-)
-METHOD_NAMES = {
-    "iss-p": "ISS-P",
-    "iht": "IHT",
-    "iss-r": "ISS-R",
-    "l1": "L1-norm",
-    "srp": "SRP",
-    "assl": "ASSL",
-}
+# IHT's Set5 PSNR span over four seeds (docs/reproduction.md#seeds): a gap one seed can move
+SEED_SPREAD_DB = 0.22
+NAMES = {"iss-p": "ISS-P", "iht": "IHT", "iss-r": "ISS-R", "l1": "L1-norm", "srp": "SRP", "assl": "ASSL",
+         "swinir-light": "SwinIR-light", "edsr-l": "EDSR-L", "cat-r": "CAT-R"}  # fmt: skip
 _COUNTS = {2: "both", 3: "all three", 4: "all four", 5: "all five", 6: "all six", 7: "all seven"}
 
 
@@ -169,6 +162,7 @@ def _order_holds(tiers: list[list[str]], psnr: dict[str, float]) -> bool:
 def _budgets(group: dict[str, ZooEntry]) -> str:
     """``60,000``, or ``60,000; ASSL, scratch 6,000`` where some methods trained for another budget."""
     count = {m: int(e.budget.get("iterations") or 0) for m, e in group.items()}
+    # the most methods' budget; of equally common ones, the longest
     usual = max(sorted(set(count.values()), reverse=True), key=list(count.values()).count)
     others = sorted({n for n in count.values() if n != usual}, reverse=True)
     return "; ".join(
@@ -186,10 +180,8 @@ def _issp_text(entry: ZooEntry | None, cell: tuple[str, int, float]) -> str:
 
 
 def _name(key: str) -> str:
-    """A method's or backbone's name as the paper writes it (``L1-norm``, ``SwinIR-light``)."""
-    return METHOD_NAMES.get(
-        key, {"swinir-light": "SwinIR-light", "edsr-l": "EDSR-L", "cat-r": "CAT-R"}.get(key, key)
-    )
+    """A method's or backbone's name as the paper writes it (``L1-norm``, ``SwinIR-light``; else ``key``)."""
+    return NAMES.get(key, key)
 
 
 def _names(methods: list[str]) -> str:
