@@ -199,9 +199,8 @@ def cell_note(arch: str, scale: int, ratio: float | None, zoo_path: str | None =
         issues.append(f"{', '.join(short)} trained {budget:,} iterations, not the zoo's {longest:,}")
     if best != "iss-p":
         issp = f"ISS-P's {set5['iss-p']:.2f}" if "iss-p" in set5 else "no ISS-P checkpoint"
-        spread = iss.zoo.tables.SEED_SPREAD_DB
-        within = "iss-p" in set5 and set5[best] - set5["iss-p"] < spread
-        seed = f", within the {spread} dB one seed moves" if within else ""
+        within = "iss-p" in set5 and iss.zoo.tables.within_spread(set5[best], set5["iss-p"])
+        seed = f", within the {iss.zoo.tables.SEED_SPREAD_DB} dB one seed moves" if within else ""
         issues.append(f"{best} ahead ({set5[best]:.2f} dB vs {issp}{seed})")
     if not issues:
         return ""

@@ -138,13 +138,17 @@ def glance_table(entries: list[ZooEntry], spread: float = SEED_SPREAD_DB) -> str
     return "\n".join(lines)
 
 
+def within_spread(higher: float, lower: float, spread: float = SEED_SPREAD_DB) -> bool:
+    """Whether ``lower`` is less than ``spread`` dB under ``higher``, as the tables show them (to 0.01 dB)."""
+    return round(100 * higher) - round(100 * lower) < round(100 * spread)
+
+
 def _tiers(psnr: dict[str, float], spread: float) -> list[list[str]]:
-    """Methods by PSNR, best first, in tiers: a method joins the tier above when less than ``spread`` dB under
-    its first method, as the tables show them (to 0.01 dB)."""
-    shown = {m: round(100 * v) for m, v in psnr.items()}
+    """Methods by PSNR, best first, in tiers: a method joins the tier above when ``within_spread`` of its
+    first method."""
     tiers: list[list[str]] = []
-    for m in sorted(shown, key=shown.__getitem__, reverse=True):
-        if tiers and shown[tiers[-1][0]] - shown[m] < round(100 * spread):
+    for m in sorted(psnr, key=psnr.__getitem__, reverse=True):
+        if tiers and within_spread(psnr[tiers[-1][0]], psnr[m], spread):
             tiers[-1].append(m)
         else:
             tiers.append([m])
