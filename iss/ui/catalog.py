@@ -218,15 +218,15 @@ def paper_psnr(
     """The paper's PSNR for a cell and method (``paper_results.json``, Tables 1-4), or None."""
     for row in _paper_rows():
         same = (row["arch"], int(row["scale"]), row["method"]) == (arch, int(scale), method)
-        if same and ratio is not None and abs(row["ratio"] - ratio) < 1e-9 and row["table"] != 5:
+        if same and ratio is not None and abs(row["ratio"] - ratio) < 1e-9:
             return row["metrics"].get(dataset, {}).get("psnr")
     return None
 
 
 @functools.cache
 def _paper_rows() -> list[dict]:
-    """The rows of the paper's tables (read once)."""
-    return iss.data.reference.paper_results()["rows"]
+    """The rows of the paper's Tables 1-4 (read once)."""
+    return iss.data.reference.paper_cells()
 
 
 def backbone_label(arch: str, zoo_path: str | None = None) -> str:

@@ -153,7 +153,7 @@ def zoo_vs_paper(zoo_path: str | None = None) -> list[list[Any]]:
     """One row per zoo entry, grouped by cell (backbone, scale, ratio) in order, each set's PSNR / SSIM
     beside the paper's for the same cell, then a bicubic row per cell: the baseline every method must beat.
     PSNR to 2 decimals, SSIM to 4."""
-    paper = paper_results()["rows"]
+    paper = iss.data.reference.paper_cells()
     rows = []
     for cell, entries in itertools.groupby(sorted_entries(zoo_path), key=_cell):
         arch, scale, ratio = cell

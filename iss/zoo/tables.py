@@ -32,7 +32,7 @@ def format_table(entries: list[ZooEntry], *, cache_dir: str | os.PathLike | None
 def markdown_table(entries: list[ZooEntry]) -> str:
     """The zoo in full (``docs/zoo.md``): per (arch, scale, ratio) group, each entry's PSNR/SSIM and training
     budget, then bicubic (``iss.data.reference``) and the paper's numbers for those cells."""
-    paper = reference.paper_results()["rows"]
+    paper = reference.paper_cells()
     sets = [s for s in BENCHMARK_ORDER if any(s in e.metrics for e in entries)]
     lines = []
     for key in dict.fromkeys((e.arch, e.scale, e.ratio) for e in entries):
@@ -73,7 +73,7 @@ def overview_table(entries: list[ZooEntry], sets: tuple[str, str] = ("Set5", "Ur
     methods trained for different numbers of iterations, each says its own (``36.10 / 28.20 (60k it)``), so
     that no one reads a longer budget as a better method; so does a cell shorter than its backbone's longest.
     """
-    paper = reference.paper_results()["rows"]
+    paper = reference.paper_cells()
     longest: dict[str, int] = {}
     for e in entries:
         longest[e.arch] = max(longest.get(e.arch, 0), e.budget.get("iterations") or 0)
@@ -178,7 +178,7 @@ def _issp_text(entry: ZooEntry | None, cell: tuple[str, int, float]) -> str:
     """``30.25 (31.16)``: ISS-P's Set5 PSNR and the paper's for the same cell (``none`` where it has none)."""
     if entry is None or "psnr" not in entry.metrics.get("Set5", {}):
         return "–"
-    paper = [r for r in reference.paper_results()["rows"] if (r["arch"], r["scale"], r["ratio"]) == cell]
+    paper = [r for r in reference.paper_cells() if (r["arch"], r["scale"], r["ratio"]) == cell]
     theirs = next((r["metrics"]["Set5"]["psnr"] for r in paper if r["method"] == "iss-p"), None)
     return f"{entry.metrics['Set5']['psnr']:.2f} ({f'{theirs:.2f}' if theirs is not None else 'none'})"
 

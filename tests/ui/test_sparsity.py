@@ -20,6 +20,13 @@ def test_paper_results_match_the_paper() -> None:
     assert cat["metrics"]["Urban100"]["psnr"] == 26.94
 
 
+def test_cells_are_held_against_tables_1_to_4_not_the_ablation() -> None:
+    """Table 5 prints x4 r0.9 ISS-P at Set5 35.86, not a x4 figure: a cell's paper number is Table 1's."""
+    assert catalog.paper_psnr("swinir-light", 4, 0.9, "iss-p") == 31.60
+    assert catalog.paper_psnr("swinir-light", 4, 0.9, "iht") is None  # only the ablation has IHT
+    assert catalog.paper_psnr("swinir-light", 2, 0.9, "iss-p") == 37.66
+
+
 def test_zoo_vs_paper_is_one_row_per_entry_grouped_by_cell_with_bicubic_last(tiny_zoo: str) -> None:
     """Grouped by cell, ours beside the paper, 2 and 4 decimals, bicubic closing a cell."""
     rows = sparsity.zoo_vs_paper(tiny_zoo)

@@ -638,6 +638,20 @@ def test_the_overview_says_the_budget_where_a_row_mixes_them() -> None:
     assert short.count("(6k it)") == 7  # one budget in the row, but under the backbone's longest
 
 
+def test_a_ratio_0_9_cell_is_held_against_table_1_not_the_ablation() -> None:
+    """Table 5 prints x4 r0.9 ISS-P at Set5 35.86 (not a x4 figure): the tables use Table 1's 31.60 and leave
+    IHT, which only Table 5 has, without a paper number."""
+    x4 = [e for e in zoo.load_zoo() if (e.arch, e.scale, e.ratio) == ("swinir-light", 4, 0.95)]
+    r09 = [dataclasses.replace(e, ratio=0.9) for e in x4 if e.method in ("iss-p", "iht")]
+    lines = zoo.overview_table(r09).splitlines()
+    paper = lines[lines.index(next(line for line in lines if "x4 r0.9 " in line)) + 1]
+    assert paper.startswith("| *paper*") and "31.60" in paper
+    assert "35.86" not in paper and "35.17" not in paper
+    assert "| 30.25 (31.60) |" in zoo.glance_table(r09)
+    full = zoo.markdown_table(r09)
+    assert "paper iss-p (table 1)" in full and "(table 5)" not in full
+
+
 def test_the_readme_shows_the_zoo_as_it_is() -> None:
     """The README's zoo table is ``python -m iss zoo table --overview`` of the bundled manifest, so the front
     page cannot fall behind a new cell; every PSNR there is the manifest's, each paper row the paper's."""
