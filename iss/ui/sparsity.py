@@ -2,8 +2,8 @@
 
 Every pruner here keeps the same fraction of every layer, so per-layer kept fractions say nothing; the mask's
 structure does: which kernel taps, how concentrated on a few channels, how many output channels are left
-empty, each beside a random mask with the same count per layer. The paper's Tables 1-5 are bundled as
-``iss/data/paper_results.json``; the bicubic rows from ``iss/data/bicubic_x{2,3,4}.json``. No gradio.
+empty, each beside a random mask with the same count per layer. The paper's rows are its Tables 1-4
+(``iss.data.reference.paper_cells``); the bicubic rows from ``iss/data/bicubic_x{2,3,4}.json``. No gradio.
 """
 
 from __future__ import annotations
@@ -142,11 +142,6 @@ def sparsity_view(
         figures.magnitude_histogram_figure(groups, f"{name}: weight magnitudes (ratio {meta.get('ratio')})"),
         list(weights),
     )
-
-
-def paper_results() -> dict[str, Any]:
-    """The paper's Tables 1-5 (``iss/data/paper_results.json``)."""
-    return iss.data.reference.paper_results()
 
 
 def zoo_vs_paper(zoo_path: str | None = None) -> list[list[Any]]:

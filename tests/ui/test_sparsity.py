@@ -8,11 +8,12 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
+from iss.data import reference
 from iss.ui import catalog, figures, sparsity
 
 
 def test_paper_results_match_the_paper() -> None:
-    rows = sparsity.paper_results()["rows"]
+    rows = reference.paper_results()["rows"]
     assert len(rows) == 64
     cell = next(r for r in rows if (r["table"], r["scale"], r["method"]) == (2, 4, "iss-p"))
     assert cell["ratio"] == 0.95 and cell["metrics"]["Set5"] == {"psnr": 31.16, "ssim": 0.8775}
