@@ -786,21 +786,41 @@ def run(args: Any) -> int:
     return 0
 
 
+def stretch_rate(log: Path) -> float | None:
+    """Iterations per second of a run's latest stretch: between the first and last records logged since
+    its last start or resume, so that the compiles and mode probes before the first are left out. None
+    when that stretch has fewer than two records."""
+    points: list[tuple[int, float]] = []
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line a kill cut short
+            continue
+        if record.get("event") in ("start", "resume"):
+            points = []
+        elif "event" not in record and "elapsed" in record:
+            points.append((record["iteration"], record["elapsed"]))
+    if len(points) < 2 or points[-1][1] <= points[0][1]:
+        return None
+    return (points[-1][0] - points[0][0]) / (points[-1][1] - points[0][1])
+
+
 def format_status(plan: Plan, work: Path, manifest: Path | None = None) -> str:
-    """A text table of the plan's cells: iterations done, it/s, minutes trained and, for a cell under way,
-    the minutes left at its rate so far ("landed" for a cell ``manifest`` holds at its budget), metrics,
-    device."""
+    """A text table of the plan's cells: iterations done, it/s (of the latest stretch where its log has
+    one, else on average), minutes trained and, for a cell under way, the minutes left at that speed
+    ("landed" for a cell ``manifest`` holds at its budget), metrics, device."""
     rows = [("cell", "iterations", "it/s", "minutes", "left", "metrics (PSNR)", "device")]
     done = landed(plan, manifest) if manifest is not None else set()
     for cell, record in status(plan, work):
         metrics = " ".join(f"{k} {v['psnr']:.2f}" for k, v in (record.metrics or {}).items())
-        under_way = 0 < record.iterations < cell.iters and record.steps_per_second > 0
-        left = (cell.iters - record.iterations) / record.steps_per_second / 60 if under_way else None
+        rate = stretch_rate(work / cell.name / "log.jsonl") or record.steps_per_second
+        under_way = 0 < record.iterations < cell.iters and rate > 0
+        left = (cell.iters - record.iterations) / rate / 60 if under_way else None
         rows.append(
             (
                 cell.name,
                 f"{record.iterations}/{cell.iters}",
-                f"{record.steps_per_second:.2f}",
+                f"{rate:.2f}",
                 f"{record.train_seconds / 60:.1f}",
                 "landed" if cell.name in done else f"{left:.0f}" if left is not None else "-",
                 metrics or "-",

@@ -449,6 +449,32 @@ def test_status_says_how_long_a_cell_under_way_has_left(tmp_path: Path) -> None:
     assert rows[second.name][1:5] == ["6000/6000", "10.00", "10.0", "-"]
 
 
+def test_status_times_what_is_left_at_the_latest_stretchs_speed_not_the_probes(tmp_path: Path) -> None:
+    """Minutes spent compiling and probing modes before a stretch's first record slow the average, not
+    the speed the cell trains on: 1,500 iterations in 1,500 s on average, 5 it/s since its resume."""
+    plan = load_plan(_plan(tmp_path, iters=(6000, 3000)))
+    cell = plan.cells[0]
+    folder = tmp_path / "work" / cell.name
+    factory.CellRecord(cell.to_dict(), iterations=1500, train_seconds=1500).write(folder)
+    records = [
+        {"event": "start", "iteration": 0},
+        {"iteration": 900, "elapsed": 10.0},  # an earlier stretch, at another speed
+        {"event": "paused", "iteration": 1000, "elapsed": 12.0},
+        {"event": "resume", "iteration": 1000},
+        {"iteration": 1100, "elapsed": 400.0},  # after the probes
+        {"iteration": 1300, "elapsed": 440.0},
+        {"iteration": 1500, "elapsed": 480.0},
+    ]
+    log = "".join(json.dumps(r) + "\n" for r in records) + '{"iteration": 16'  # cut short by a kill
+    (folder / "log.jsonl").write_text(log)
+    rows = {
+        line.split()[0]: line.split() for line in factory.format_status(plan, tmp_path / "work").splitlines()
+    }
+    assert rows[cell.name][1:5] == ["1500/6000", "5.00", "25.0", "15"]  # 4,500 iterations at 5 it/s
+    (folder / "log.jsonl").write_text(log.split('{"event": "resume"')[0])  # a stretch of one record
+    assert factory.stretch_rate(folder / "log.jsonl") is None
+
+
 def test_cells_the_zoo_holds_at_their_budget_are_not_trained_again(tmp_path: Path, data_dir: Path) -> None:
     """A work folder the machine did not keep: cells already in zoo.json at the plan's budget are skipped
     (and shown as landed); one landed at another budget (an earlier plan's) is trained again."""
