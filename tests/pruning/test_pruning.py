@@ -674,8 +674,8 @@ def tiny_edsr(seed: int = 0) -> nn.Module:
 def sr_step(model, opt, pruner, seed: int, guard=contextlib.nullcontext) -> torch.Tensor:
     """One training step on random data, the pruner's calls inside ``guard()`` (e.g. ``NoHostSync``)."""
     g = torch.Generator().manual_seed(seed)
-    device = next(model.parameters()).device
-    lr, hr = torch.rand(2, 3, 8, 8, generator=g).to(device), torch.rand(2, 3, 16, 16, generator=g).to(device)
+    weight = next(model.parameters())  # the data follows the model's device and dtype
+    lr, hr = (torch.rand(2, 3, n, n, generator=g).to(weight.device, weight.dtype) for n in (8, 16))
     opt.zero_grad()
     loss = nn.functional.l1_loss(model(lr), hr)
     loss.backward()
