@@ -17,12 +17,14 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -787,9 +789,9 @@ def run(args: Any) -> int:
 
 
 def stretch_rate(log: Path) -> float | None:
-    """Iterations per second of a run's latest stretch: between the first and last records logged since
-    its last start or resume, so that the compiles and mode probes before the first are left out. None
-    when that stretch has fewer than two records."""
+    """Iterations per second of a run's latest stretch: the median over the intervals between the records
+    logged since its last start or resume, so that neither the compiles and mode probes before the first
+    record nor a ``kill -STOP`` pause between two records count. None when that stretch has no interval."""
     points: list[tuple[int, float]] = []
     for line in log.read_text().splitlines() if log.is_file() else []:
         try:
@@ -800,9 +802,8 @@ def stretch_rate(log: Path) -> float | None:
             points = []
         elif "event" not in record and "elapsed" in record:
             points.append((record["iteration"], record["elapsed"]))
-    if len(points) < 2 or points[-1][1] <= points[0][1]:
-        return None
-    return (points[-1][0] - points[0][0]) / (points[-1][1] - points[0][1])
+    rates = [(i1 - i0) / (t1 - t0) for (i0, t0), (i1, t1) in pairwise(points) if t1 > t0]
+    return statistics.median(rates) if rates else None
 
 
 def format_status(plan: Plan, work: Path, manifest: Path | None = None) -> str:

@@ -450,8 +450,9 @@ def test_status_says_how_long_a_cell_under_way_has_left(tmp_path: Path) -> None:
 
 
 def test_status_times_what_is_left_at_the_latest_stretchs_speed_not_the_probes(tmp_path: Path) -> None:
-    """Minutes spent compiling and probing modes before a stretch's first record slow the average, not
-    the speed the cell trains on: 1,500 iterations in 1,500 s on average, 5 it/s since its resume."""
+    """Minutes spent compiling and probing modes before a stretch's first record, or stopped by
+    ``kill -STOP`` between two records, slow the average, not the speed the cell trains on: 1,500
+    iterations in 1,500 s on average, 5 it/s since its resume."""
     plan = load_plan(_plan(tmp_path, iters=(6000, 3000)))
     cell = plan.cells[0]
     folder = tmp_path / "work" / cell.name
@@ -462,8 +463,10 @@ def test_status_times_what_is_left_at_the_latest_stretchs_speed_not_the_probes(t
         {"event": "paused", "iteration": 1000, "elapsed": 12.0},
         {"event": "resume", "iteration": 1000},
         {"iteration": 1100, "elapsed": 400.0},  # after the probes
-        {"iteration": 1300, "elapsed": 440.0},
-        {"iteration": 1500, "elapsed": 480.0},
+        {"iteration": 1200, "elapsed": 420.0},
+        {"iteration": 1300, "elapsed": 1620.0},  # stopped for 20 minutes
+        {"iteration": 1400, "elapsed": 1640.0},
+        {"iteration": 1500, "elapsed": 1660.0},
     ]
     log = "".join(json.dumps(r) + "\n" for r in records) + '{"iteration": 16'  # cut short by a kill
     (folder / "log.jsonl").write_text(log)
