@@ -186,9 +186,10 @@ def recording_origin(name: str, zoo_path: str | None = None) -> str:
 
 
 def recording_choices(zoo_path: str | None = None) -> list[tuple[str, str]]:
-    """(label, name) per bundled recording, the label saying whether it made the shipped checkpoints."""
+    """(label, name) per bundled recording, by backbone, scale and ratio (so r0.9 comes before r0.95), the
+    label saying whether it made the shipped checkpoints."""
     choices = []
-    for name in recording_names():
+    for name in sorted(recording_names(), key=lambda name: (_cell(name), name)):
         differences = recording_differences(name, zoo_path)
         if differences is None:
             note = "no shipped checkpoint"

@@ -264,6 +264,14 @@ def test_each_recording_says_whether_it_made_the_shipped_checkpoints() -> None:
     assert "alpha_ramp" in labels["swinir-light_x4_r0.99_cpu"]
 
 
+def test_recordings_are_listed_by_backbone_scale_and_ratio() -> None:
+    """The dropdown puts a cell's ratios in numeric order (0.9 before 0.95), not the names' string order."""
+    names = [name for _, name in analysis.recording_choices()]
+    assert names.index("swinir-light_x2_r0.9_cpu") < names.index("swinir-light_x2_r0.95_cpu")
+    assert names.index("swinir-light_x2_r0.95_cpu") < names.index("swinir-light_x3_r0.95_cpu")
+    assert names.index("cat-r_x4_r0.95_cpu") < names.index("swinir-light_x2_r0.9_cpu")
+
+
 def test_the_tab_opens_on_the_default_cells_recording_with_its_contrast() -> None:
     """The default cell (x4 r0.95) has the recording of its shipped runs: the tab opens on it, with no note,
     and its summary reads ISS-P's larger drift off the plot."""
