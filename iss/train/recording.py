@@ -164,12 +164,17 @@ def save_recording(
     return folder
 
 
+def recording_config(folder: str | Path) -> dict[str, Any]:
+    """A recording's ``run.json`` alone (cell, budget, layers, states), without reading its series."""
+    return json.loads((Path(folder) / "run.json").read_text())
+
+
 def load_recording(folder: str | Path) -> tuple[dict[str, Any], dict[str, RunTrace]]:
     """Read a recording written by ``save_recording``: (config, {run: trace})."""
     folder = Path(folder)
     if not (folder / "run.json").is_file() or not (folder / "series.npz").is_file():
         raise FileNotFoundError(f"no recording in {folder} (expected run.json and series.npz)")
-    config = json.loads((folder / "run.json").read_text())
+    config = recording_config(folder)
     with np.load(folder / "series.npz") as arrays:
         traces = {
             run: RunTrace.from_arrays(arrays, run, config["layers"], config["finetune_from"].get(run))
@@ -188,7 +193,7 @@ def list_recordings(root: str | Path) -> list[Path]:
 def drop_states(folder: str | Path) -> list[Path]:
     """Delete a recording's resumable states, keeping its series; returns the files removed."""
     folder = Path(folder)
-    config = json.loads((folder / "run.json").read_text())
+    config = recording_config(folder)
     removed = [folder / s["file"] for s in config.get("states", []) if (folder / s["file"]).is_file()]
     for path in removed:
         path.unlink()

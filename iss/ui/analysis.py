@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import json
 import math
 import os
 import threading
@@ -37,6 +36,7 @@ from iss.train.recording import (
     load_recording,
     load_state,
     optimizer_runs,
+    recording_config,
     state_lr,
     validate,
     validation_pair,
@@ -71,7 +71,7 @@ def recorded_states() -> list[str]:
     """Start points offered to a live run: random init, then ``<recording> @ <iteration>`` per saved state."""
     choices = [RANDOM_INIT]
     for folder in list_recordings(RECORDINGS_DIR):
-        config = json.loads((folder / "run.json").read_text())
+        config = recording_config(folder)
         states = [s for s in config.get("states", []) if (folder / s["file"]).is_file()]
         choices += [f"{folder.name} @ {s['iteration']}" for s in states]
     return choices
@@ -117,7 +117,7 @@ def recording_differences(name: str, zoo_path: str | None = None) -> list[str] |
     """How recording ``name`` differs from the runs that made the zoo's ISS-P and IHT checkpoints of its cell,
     field by field (budget and ISS-P's options): ``[]`` when it is those runs, None when the zoo has
     neither checkpoint. Fields the recording does not hold are not compared."""
-    config, _ = load_recording(_recording_folder(name))
+    config = recording_config(_recording_folder(name))
     if not {"arch", "scale", "ratio"} <= set(config):
         return None
     entries = {}
@@ -203,7 +203,7 @@ def recording_choices(zoo_path: str | None = None) -> list[tuple[str, str]]:
 
 def _cell(name: str) -> tuple[str, int, float]:
     """(backbone, scale, ratio) of recording ``name``."""
-    config, _ = load_recording(_recording_folder(name))
+    config = recording_config(_recording_folder(name))
     return config.get("arch", ""), int(config.get("scale", 0)), float(config.get("ratio", 0.0))
 
 
@@ -315,7 +315,7 @@ def recorded_figures(
 
 def recording_layers(name: str) -> list[str]:
     """Layers traced in recording ``name``."""
-    config, _ = load_recording(_recording_folder(name))
+    config = recording_config(_recording_folder(name))
     return list(config["layers"])
 
 
@@ -412,7 +412,7 @@ def _recorded_state(start: str) -> tuple[Path, dict[str, Any]]:
     name, _, iteration = start.partition(" @ ")
     with contextlib.suppress(KeyError):  # not a bundled recording: the list of states says what is
         folder = _recording_folder(name.strip())
-        config, _ = load_recording(folder)
+        config = recording_config(folder)
         for state in config.get("states", []):
             if str(state["iteration"]) == iteration.strip():
                 return folder / state["file"], config

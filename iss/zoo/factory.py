@@ -625,7 +625,7 @@ def add_recordings(
 
     Only the first of ``recorded_groups`` keeps a resumable state (the latest; a GPU one supersedes the CPU
     one, which keeps its series), the others their series."""
-    from iss.train.recording import RUNS, drop_states, merge_recordings
+    from iss.train.recording import RUNS, drop_states, merge_recordings, recording_config
 
     recorded = recorded_groups(plan)
     done = {*names, *(landed or ())}
@@ -641,7 +641,7 @@ def add_recordings(
         out = root / f"{group}_{'cpu' if record.device.startswith('cpu') else 'gpu'}"
         if out.exists():
             shutil.rmtree(out)
-        config = json.loads((parts["iss-p"] / "run.json").read_text())
+        config = recording_config(parts["iss-p"])
         config["command"] = f"python -m iss zoo train --plan {plan.path.name} (cells of {group})"
         written.append(merge_recordings(parts, out, {k: v for k, v in config.items() if k not in _PER_RUN}))
         if group != recorded[0]:

@@ -16,6 +16,7 @@ from iss.train.recording import (
     load_state,
     merge_recordings,
     optimizer_runs,
+    recording_config,
     save_recording,
     save_state,
     thin,
@@ -101,3 +102,12 @@ def test_merged_recordings_are_thinned_to_bundle_size(tmp_path: Path, monkeypatc
     monkeypatch.setattr(analysis, "RECORDINGS_DIR", tmp_path)
     assert "25 iterations of each run" in analysis.recorded_figures("merged")[-1]
     assert "Each point is the mean of 3 iterations." in analysis.recorded_figures("merged")[-1]
+
+
+def test_a_recordings_config_reads_without_its_series(tmp_path: Path) -> None:
+    """Labels and menus need only ``run.json``: ``recording_config`` gives what ``load_recording`` does
+    without opening ``series.npz`` (the bundled series are megabytes each)."""
+    folder = save_recording(tmp_path / "rec", {"arch": "swinir-light", "scale": 2}, {"iss-p": _trace(5, 1)})
+    config, _ = load_recording(folder)
+    (folder / "series.npz").unlink()
+    assert recording_config(folder) == config
